@@ -1,0 +1,304 @@
+"""The simulation of one policy on one scenario: arrivals, requests, steps, calls, deadline.
+
+`simulate` builds a fresh simpy Environment and providers, replays the given arrivals, runs every
+request's workflow under the policy, holds each request to its end-to-end deadline (cancelling
+its in-flight calls when it passes) and returns flat records. It knows nothing of files, plots
+or the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.config import Scenario
+from sim.latency import CallLatency
+from sim.policies import Attempt, Policy
+from sim.provider import OUTCOME_CANCELLED, OUTCOME_OK, Call, Provider, Serving
+from sim.streams import CallDrawBank, Streams
+from sim.workflow import Step, Workflow
+
+#: Cause given to `Process.interrupt` when a call is cancelled.
+CANCEL = OUTCOME_CANCELLED
+
+
+class Run:
+    """One send of one customer request through the workflow (re-sends are new runs)."""
+
+    __slots__ = (
+        "active",
+        "arrival",
+        "calls",
+        "closed",
+        "cost",
+        "deadline_at",
+        "done",
+        "end",
+        "failed",
+        "index",
+        "ok",
+        "remaining",
+        "resend",
+        "tokens",
+        "unresolved",
+    )
+
+    def __init__(
+        self, env: simpy.Environment, workflow: Workflow, index: int, resend: int, deadline_s: float
+    ) -> None:
+        self.index = index
+        self.resend = resend
+        self.arrival = env.now
+        self.deadline_at = env.now + deadline_s
+        self.closed = False
+        self.ok = False
+        self.failed = False
+        self.end = math.nan
+        self.cost = 0.0
+        self.tokens = 0
+        self.calls = 0
+        self.active: set[simpy.Process] = set()
+        self.remaining = [len(s.depends_on) for s in workflow.steps]
+        self.unresolved = len(workflow.steps)
+        self.done = env.event()
+
+
+@dataclass
+class Records:
+    """What one simulation produced: every run and every call, as objects (tables come later)."""
+
+    policy: str
+    runs: list[Run]
+    calls: list[Call]
+
+
+class Simulation:
+    """One policy on one scenario, in its own simpy Environment."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: Policy,
+        bank: CallDrawBank,
+        streams: Streams,
+        deadline_s: float | None = None,
+        latencies: dict[tuple[str, str], CallLatency] | None = None,
+    ) -> None:
+        self.env = simpy.Environment()
+        self.scenario = scenario
+        self.policy = policy
+        self.bank = bank
+        self.streams = streams
+        self.deadline_s = scenario.deadline_s if deadline_s is None else deadline_s
+        self.workflow = Workflow.from_scenario(scenario)
+        self.latencies = latencies or serving_latencies(scenario)
+        self.providers = {
+            name: Provider(
+                self.env,
+                name,
+                spec,
+                {
+                    model: Serving(
+                        self.latencies[(name, model)],
+                        scenario.models[model].price_per_mtok.input / 1e6,
+                        scenario.models[model].price_per_mtok.output / 1e6,
+                    )
+                    for model in spec.serves
+                },
+                scenario.billing.cancelled,
+            )
+            for name, spec in scenario.providers.items()
+        }
+        self.runs: list[Run] = []
+        self.calls: list[Call] = []
+        retry = scenario.customers.retry
+        self._resend_probability = retry.probability if retry.max > 0 else 0.0
+        self._resend_uniforms: dict[int, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ driving
+
+    def run(self, arrivals: np.ndarray, progress: Callable[[int], None] | None = None) -> Records:
+        """Replay `arrivals` (seconds) to the end and return the records."""
+        self.env.process(self._arrivals(arrivals, progress))
+        self.env.run()
+        return Records(self.policy.name, self.runs, self.calls)
+
+    def _arrivals(
+        self, times: np.ndarray, progress: Callable[[int], None] | None
+    ) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        for index, at in enumerate(times.tolist()):
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            env.process(self._request(index, 0))
+            if progress is not None and index % 1000 == 999:
+                progress(1000)
+        if progress is not None and len(times) % 1000:
+            progress(len(times) % 1000)
+
+    def _request(self, index: int, resend: int) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        run = Run(env, self.workflow, index, resend, self.deadline_s)
+        self.runs.append(run)
+        for step in self.workflow.roots:
+            env.process(self._step(run, step))
+        if math.isfinite(self.deadline_s):
+            yield run.done | env.timeout(self.deadline_s)
+        else:
+            yield run.done
+        run.closed = True
+        if run.done.triggered:
+            run.end = env.now
+        else:  # the deadline passed first: the request has failed, stop its work
+            run.ok = False
+            run.end = run.deadline_at
+        for process in list(run.active):
+            self._cancel(run, process)
+        if not run.ok and self._resend_probability > 0:
+            self._maybe_resend(run)
+
+    def _maybe_resend(self, run: Run) -> None:
+        """A customer re-sends a failed request whole, after a delay, with some probability."""
+        retry = self.scenario.customers.retry
+        if run.resend >= retry.max:
+            return
+        u = self._resend_uniforms.get(run.resend)
+        if u is None:
+            rng = self.streams.generator("customer-resend", run.resend)
+            u = rng.random(self.bank.n_requests)
+            self._resend_uniforms[run.resend] = u
+        if u[run.index] < retry.probability:
+            self.env.process(self._resend_later(run.index, run.resend + 1, retry.delay_s))
+
+    def _resend_later(
+        self, index: int, resend: int, delay: float
+    ) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(delay)
+        yield self.env.process(self._request(index, resend))
+
+    # ------------------------------------------------------------------ steps
+
+    def _step(self, run: Run, step: Step) -> Generator[simpy.Event, Any, None]:
+        ok = yield from self.policy.execute(_StepRun(self, run, step))
+        self._resolve(run, step, ok)
+
+    def _resolve(self, run: Run, step: Step, ok: bool) -> None:
+        """Record a step's result: start what it unlocks, or fail the request if it mattered."""
+        if run.closed:
+            return
+        run.unresolved -= 1
+        if ok:
+            for i in step.unlocks:
+                run.remaining[i] -= 1
+                if run.remaining[i] == 0:
+                    self.env.process(self._step(run, self.workflow.steps[i]))
+        else:
+            lost = self.workflow.downstream(step.index)
+            run.unresolved -= len(lost)
+            if step.required or any(self.workflow.steps[i].required for i in lost):
+                run.failed = True
+        if run.failed:
+            run.ok = False
+            run.done.succeed()
+        elif run.unresolved == 0:
+            run.ok = True
+            run.done.succeed()
+
+    # ------------------------------------------------------------------ calls
+
+    def _call(
+        self, run: Run, step: Step, attempt: int, plan: Attempt
+    ) -> Generator[simpy.Event, Any, Call | None]:
+        """One attempt: draw its latency (common random numbers), live it on its provider."""
+        if run.closed:
+            return None
+        env = self.env
+        provider = self.providers[plan.provider]
+        latency = self.latencies[(plan.provider, plan.model)]
+        draws = self.bank.draws(
+            step.id, attempt, run.resend, (plan.provider, plan.model), latency, step.output_tokens
+        )
+        i = run.index
+        call = Call(
+            run,
+            step.id,
+            attempt,
+            plan.provider,
+            plan.model,
+            env.now,
+            step.input_tokens,
+            step.output_tokens,
+        )
+        process = env.active_process
+        run.active.add(process)
+        try:
+            yield from provider.call(
+                call,
+                draws.ttft[i],
+                draws.generation[i],
+                draws.stall[i],
+                draws.outcome[i],
+                plan.give_up_after,
+            )
+        finally:
+            run.active.discard(process)
+        run.calls += 1
+        run.cost += call.cost
+        run.tokens += call.billed_input + call.billed_output
+        self.calls.append(call)
+        return call
+
+    @staticmethod
+    def _cancel(run: Run, process: simpy.Process) -> None:
+        if process in run.active and process.is_alive:
+            run.active.discard(process)
+            process.interrupt(CANCEL)
+
+
+class _StepRun:
+    """The engine's handle for a policy running one step of one run."""
+
+    __slots__ = ("env", "run", "sim", "step")
+
+    def __init__(self, sim: Simulation, run: Run, step: Step) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.run = run
+        self.step = step
+
+    @property
+    def closed(self) -> bool:
+        return self.run.closed
+
+    @property
+    def time_left(self) -> float:
+        """Seconds until the request's deadline."""
+        return self.run.deadline_at - self.env.now
+
+    def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
+        return self.sim._call(self.run, self.step, attempt, plan)
+
+    def start(self, attempt: int, plan: Attempt) -> simpy.Process:
+        return self.env.process(self.sim._call(self.run, self.step, attempt, plan))
+
+    def cancel(self, process: simpy.Process) -> None:
+        Simulation._cancel(self.run, process)
+
+
+def serving_latencies(scenario: Scenario) -> dict[tuple[str, str], CallLatency]:
+    """The latency law of every (provider, model) serving path."""
+    return {
+        (pname, mname): CallLatency.from_spec(serving)
+        for pname, provider in scenario.providers.items()
+        for mname, serving in provider.serves.items()
+    }
+
+
+def call_succeeded(call: Call) -> bool:
+    """True for a call that returned a valid answer."""
+    return call.outcome == OUTCOME_OK

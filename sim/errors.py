@@ -1,0 +1,31 @@
+"""The one error type for unusable input: where (source and key path) and what is allowed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be used: the source, and each problem with its key path."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        """A readable, multi-line message for people."""
+        if len(self.problems) == 1 and not self.problems[0][0]:
+            return f"{self.source}: {self.problems[0][1]}"
+        count = len(self.problems)
+        lines = [f"{self.source}: {count} problem{'s' if count > 1 else ''}:"]
+        lines += [f"  {path or '(top level)'}: {message}" for path, message in self.problems]
+        return "\n".join(lines)
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    """('a', 'b', 3, 'c') -> 'a.b[3].c'."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,151 @@
+"""Records to tables, tables to the summary: every metric's name, unit and definition live here.
+
+Units: seconds (`_s`), US dollars (`_usd`), tokens, counts. A *request* is a unique customer
+request; a *run* is one send of it through the workflow (customers may re-send failed ones).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.analytic import wilson_interval
+from sim.engine import Records
+from sim.provider import (
+    OUTCOME_CANCELLED,
+    OUTCOME_OK,
+    OUTCOME_RATE_LIMITED,
+    OUTCOME_TIMEOUT,
+)
+
+CALL_COLUMNS = (
+    "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
+    "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
+)  # fmt: skip
+REQUEST_COLUMNS = (
+    "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
+    "calls",
+)  # fmt: skip
+
+#: Summary columns with their unit and meaning (the docs table is generated from this).
+SUMMARY_METRICS: dict[str, tuple[str, str]] = {
+    "policy": ("", "policy name from the scenario"),
+    "requests": ("count", "unique customer requests"),
+    "runs": ("count", "workflow runs: requests plus customer re-sends of failed ones"),
+    "hit_rate": ("fraction", "runs that returned every required step validly within deadline_s"),
+    "hit_rate_lo": ("fraction", "lower end of the 95% Wilson interval of hit_rate"),
+    "hit_rate_hi": ("fraction", "upper end of the 95% Wilson interval of hit_rate"),
+    "p50_s": ("s", "median end-to-end latency of runs, successful or not, capped at deadline_s"),
+    "p95_s": ("s", "95th percentile of the same"),
+    "p99_s": ("s", "99th percentile of the same"),
+    "mean_s": ("s", "mean of the same"),
+    "std_s": ("s", "standard deviation of the same (population, ddof=0)"),
+    "cost_per_request_usd": ("USD", "billed cost of all calls / requests (re-sends included)"),
+    "cost_per_success_usd": ("USD", "billed cost of all calls / successful runs"),
+    "tokens_per_request": ("tokens", "billed input + output tokens / requests"),
+    "calls_per_request": ("calls", "calls sent (429s included) / requests"),
+    "customer_success_rate": ("fraction", "requests with at least one successful run"),
+    "retry_amplification": ("ratio", "runs / requests: how much customer re-sends add"),
+    "extra_attempts_per_request": ("calls", "calls beyond each step's first attempt / requests"),
+    "timeouts_per_request": ("calls", "calls cut at their cutoff or timeout / requests"),
+    "cancelled_per_request": ("calls", "calls cancelled (race losers, deadline) / requests"),
+    "rate_limited_per_request": ("calls", "calls refused with a 429 / requests"),
+    "wasted_cost_share": ("fraction", "share of the cost billed for calls that did not answer ok"),
+}
+
+
+def calls_frame(records: Records) -> pd.DataFrame:
+    """One row per call (units: seconds, tokens billed, USD)."""
+    calls = records.calls
+    frame = pd.DataFrame(
+        {
+            "policy": pd.Series([records.policy] * len(calls), dtype="string"),
+            "request_id": np.fromiter((c.run.index for c in calls), np.int64, len(calls)),
+            "resend": np.fromiter((c.run.resend for c in calls), np.int64, len(calls)),
+            "step": pd.Series([c.step for c in calls], dtype="string"),
+            "attempt": np.fromiter((c.attempt for c in calls), np.int64, len(calls)),
+            "provider": pd.Series([c.provider for c in calls], dtype="string"),
+            "model": pd.Series([c.model for c in calls], dtype="string"),
+            "start_s": np.fromiter((c.start for c in calls), float, len(calls)),
+            "queue_s": np.fromiter((c.queue for c in calls), float, len(calls)),
+            "ttft_s": np.fromiter((c.ttft for c in calls), float, len(calls)),
+            "end_s": np.fromiter((c.end for c in calls), float, len(calls)),
+            "outcome": pd.Series([c.outcome for c in calls], dtype="string"),
+            "input_tokens": np.fromiter((c.billed_input for c in calls), np.int64, len(calls)),
+            "output_tokens": np.fromiter((c.billed_output for c in calls), np.int64, len(calls)),
+            "cost_usd": np.fromiter((c.cost for c in calls), float, len(calls)),
+        }
+    )
+    return frame.sort_values(
+        ["request_id", "resend", "start_s", "step", "attempt"], kind="stable", ignore_index=True
+    )
+
+
+def requests_frame(records: Records) -> pd.DataFrame:
+    """One row per run (units: seconds from the simulation start, USD, billed tokens)."""
+    runs = sorted(records.runs, key=lambda r: (r.index, r.resend))
+    return pd.DataFrame(
+        {
+            "policy": pd.Series([records.policy] * len(runs), dtype="string"),
+            "request_id": np.fromiter((r.index for r in runs), np.int64, len(runs)),
+            "resend": np.fromiter((r.resend for r in runs), np.int64, len(runs)),
+            "arrival_s": np.fromiter((r.arrival for r in runs), float, len(runs)),
+            "latency_s": np.fromiter((r.end - r.arrival for r in runs), float, len(runs)),
+            "ok": np.fromiter((r.ok for r in runs), bool, len(runs)),
+            "cost_usd": np.fromiter((r.cost for r in runs), float, len(runs)),
+            "tokens": np.fromiter((r.tokens for r in runs), np.int64, len(runs)),
+            "calls": np.fromiter((r.calls for r in runs), np.int64, len(runs)),
+        }
+    )
+
+
+def summarize(requests: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per policy with every metric of `SUMMARY_METRICS`, in the policies' order."""
+    rows = []
+    for policy in pd.unique(requests["policy"]):
+        rows.append(
+            _summary_row(
+                requests[requests["policy"] == policy],
+                calls[calls["policy"] == policy],
+                str(policy),
+            )
+        )
+    return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
+
+
+def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[str, object]:
+    n_requests = int(runs["request_id"].nunique())
+    n_runs = len(runs)
+    successes = int(runs["ok"].sum())
+    lo, hi = wilson_interval(successes, n_runs)
+    latency = runs["latency_s"].to_numpy(dtype=float)
+    cost = float(calls["cost_usd"].sum())
+    outcome = calls["outcome"]
+    first_attempts = int((calls["attempt"] == 0).sum())
+    wasted = float(calls.loc[outcome != OUTCOME_OK, "cost_usd"].sum())
+    p50, p95, p99 = np.percentile(latency, [50, 95, 99]) if n_runs else (np.nan,) * 3
+    return {
+        "policy": policy,
+        "requests": n_requests,
+        "runs": n_runs,
+        "hit_rate": successes / n_runs if n_runs else np.nan,
+        "hit_rate_lo": lo,
+        "hit_rate_hi": hi,
+        "p50_s": float(p50),
+        "p95_s": float(p95),
+        "p99_s": float(p99),
+        "mean_s": float(latency.mean()) if n_runs else np.nan,
+        "std_s": float(latency.std()) if n_runs else np.nan,
+        "cost_per_request_usd": cost / n_requests,
+        "cost_per_success_usd": cost / successes if successes else np.nan,
+        "tokens_per_request": float((calls["input_tokens"] + calls["output_tokens"]).sum())
+        / n_requests,
+        "calls_per_request": len(calls) / n_requests,
+        "customer_success_rate": float(runs.groupby("request_id")["ok"].any().mean()),
+        "retry_amplification": n_runs / n_requests,
+        "extra_attempts_per_request": (len(calls) - first_attempts) / n_requests,
+        "timeouts_per_request": float((outcome == OUTCOME_TIMEOUT).sum()) / n_requests,
+        "cancelled_per_request": float((outcome == OUTCOME_CANCELLED).sum()) / n_requests,
+        "rate_limited_per_request": float((outcome == OUTCOME_RATE_LIMITED).sum()) / n_requests,
+        "wasted_cost_share": wasted / cost if cost > 0 else 0.0,
+    }

@@ -1,0 +1,88 @@
+"""Named random streams: common random numbers across policies, never global random state.
+
+A stream is keyed by what it belongs to (`("arrivals",)`, `("call", step, attempt, resend)`), not
+by creation order, so adding a step or a policy never shifts anyone else's draws. Per-call
+uniforms are drawn in one block per (step, attempt, resend) over all requests: request i always
+gets row i, whatever the number of requests, and every policy sees the same rows.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Hashable
+
+import numpy as np
+
+from sim.latency import UNIFORMS_PER_CALL, CallDraws, CallLatency
+
+
+def _word(part: str | int) -> int:
+    """A stable 32-bit integer for one key part (ints pass through, strings are CRC-32'd)."""
+    if isinstance(part, int):
+        if part < 0:
+            raise ValueError(f"stream key parts must be >= 0, got {part}")
+        return part
+    return zlib.crc32(part.encode("utf-8"))
+
+
+class Streams:
+    """The root of a simulation's randomness: `seed` plus a namespace (main run, pilot, ...)."""
+
+    def __init__(self, seed: int, *namespace: str | int) -> None:
+        self.seed = seed
+        self.namespace = tuple(_word(p) for p in namespace)
+
+    def generator(self, *key: str | int) -> np.random.Generator:
+        """An independent generator for the stream named `key`."""
+        sequence = np.random.SeedSequence(
+            self.seed, spawn_key=self.namespace + tuple(_word(p) for p in key)
+        )
+        return np.random.Generator(np.random.PCG64(sequence))
+
+    def child(self, *namespace: str | int) -> Streams:
+        """A sub-namespace (e.g. the pilot run) whose streams never meet this one's."""
+        child = Streams(self.seed)
+        child.namespace = self.namespace + tuple(_word(p) for p in namespace)
+        return child
+
+
+class CallDrawBank:
+    """Per-call latency draws, shared by every policy of one simulation point.
+
+    `draws(step, attempt, resend, path, latency, output_tokens)` gives the first-token,
+    generation, stall and outcome draws of that call for every request index. Uniforms depend
+    only on (step, attempt, resend); the serving path only changes how they are transformed.
+    """
+
+    def __init__(self, streams: Streams, n_requests: int) -> None:
+        self.streams = streams
+        self.n_requests = n_requests
+        self._uniforms: dict[tuple[str, int, int], np.ndarray] = {}
+        self._draws: dict[Hashable, CallDraws] = {}
+
+    def uniforms(self, step: str, attempt: int, resend: int) -> np.ndarray:
+        """The (n_requests, 5) block of uniforms of this call slot."""
+        key = (step, attempt, resend)
+        block = self._uniforms.get(key)
+        if block is None:
+            rng = self.streams.generator("call", step, attempt, resend)
+            block = rng.random((self.n_requests, UNIFORMS_PER_CALL))
+            self._uniforms[key] = block
+        return block
+
+    def draws(
+        self,
+        step: str,
+        attempt: int,
+        resend: int,
+        path: tuple[str, str],
+        latency: CallLatency,
+        output_tokens: int,
+    ) -> CallDraws:
+        """The transformed draws of this call slot on serving path `path` = (provider, model)."""
+        key = (step, attempt, resend, path, output_tokens)
+        found = self._draws.get(key)
+        if found is None:
+            found = latency.draw(self.uniforms(step, attempt, resend), output_tokens)
+            self._draws[key] = found
+        return found

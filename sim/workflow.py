@@ -1,0 +1,70 @@
+"""The workflow as the engine walks it: steps in order, what each waits for and unlocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step, compiled from its spec with indices the engine can use directly."""
+
+    index: int
+    id: str
+    model: str
+    provider: str  # the provider it runs on by default
+    input_tokens: int
+    output_tokens: int
+    required: bool
+    depends_on: tuple[int, ...]
+    unlocks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A DAG of steps; a step starts the moment every step it depends on has succeeded."""
+
+    steps: tuple[Step, ...]
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario) -> Workflow:
+        """Compile the scenario's steps (already checked to form a DAG)."""
+        specs = scenario.workflow.steps
+        index = {s.id: i for i, s in enumerate(specs)}
+        unlocks: list[list[int]] = [[] for _ in specs]
+        for i, spec in enumerate(specs):
+            for dep in spec.after:
+                unlocks[index[dep]].append(i)
+        steps = tuple(
+            Step(
+                index=i,
+                id=spec.id,
+                model=spec.model,
+                provider=scenario.step_provider(spec),
+                input_tokens=spec.input_tokens,
+                output_tokens=spec.output_tokens,
+                required=spec.required,
+                depends_on=tuple(index[d] for d in spec.after),
+                unlocks=tuple(unlocks[i]),
+            )
+            for i, spec in enumerate(specs)
+        )
+        return cls(steps)
+
+    @property
+    def roots(self) -> tuple[Step, ...]:
+        """Steps that depend on nothing: they start when the request arrives."""
+        return tuple(s for s in self.steps if not s.depends_on)
+
+    def downstream(self, index: int) -> set[int]:
+        """Every step that (transitively) needs step `index`."""
+        seen: set[int] = set()
+        todo = list(self.steps[index].unlocks)
+        while todo:
+            i = todo.pop()
+            if i not in seen:
+                seen.add(i)
+                todo.extend(self.steps[i].unlocks)
+        return seen
