@@ -19,7 +19,7 @@ import simpy
 from sim.config import Scenario
 from sim.latency import CallLatency
 from sim.policies import Attempt, Policy
-from sim.provider import OUTCOME_CANCELLED, OUTCOME_OK, Call, Provider, Serving
+from sim.provider import OUTCOME_CANCELLED, Call, Provider, Serving
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Step, Workflow
 
@@ -297,8 +297,3 @@ def serving_latencies(scenario: Scenario) -> dict[tuple[str, str], CallLatency]:
         for pname, provider in scenario.providers.items()
         for mname, serving in provider.serves.items()
     }
-
-
-def call_succeeded(call: Call) -> bool:
-    """True for a call that returned a valid answer."""
-    return call.outcome == OUTCOME_OK

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import simpy
@@ -55,7 +55,6 @@ class Call:
     billed_input: int = 0
     billed_output: int = 0
     cost: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

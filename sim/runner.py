@@ -75,7 +75,7 @@ def run(
     for name in names:
         began = time.perf_counter()
         policy = build_policy(name, scenario.policies[name], scenario, steps, thresholds[name])
-        sim = Simulation(scenario, policy, bank, streams.child("policy", name), latencies=latencies)
+        sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
         tick = (lambda k, _name=name: progress(_name, k)) if progress else None
         records = sim.run(arrivals, tick)
         request_tables.append(requests_frame(records))
