@@ -183,31 +183,39 @@ class Simulation:
 
     # ------------------------------------------------------------------ steps
 
-    def _step(self, run: Run, step: Step) -> Generator[simpy.Event, Any, None]:
-        ok = yield from self.policy.execute(_StepRun(self, run, step))
-        self._resolve(run, step, ok)
+    def _step(self, run: Run, step: Step | None) -> Generator[simpy.Event, Any, None]:
+        """Run a step, then go on with the first step it unlocks (others get processes of their
+        own): a chain costs one process, a DAG one per branch."""
+        while step is not None:
+            ok = yield from self.policy.execute(_StepRun(self, run, step))
+            ready = self._resolve(run, step, ok)
+            step = ready[0] if ready else None
+            for other in ready[1:]:
+                self.env.process(self._step(run, other))
 
-    def _resolve(self, run: Run, step: Step, ok: bool) -> None:
-        """Record a step's result: start what it unlocks, or fail the request if it mattered."""
+    def _resolve(self, run: Run, step: Step, ok: bool) -> list[Step]:
+        """Record a step's result and return the steps it made ready; fail the request if the
+        step (or a required step that now cannot run) mattered."""
         if run.closed:
-            return
+            return []
         run.unresolved -= 1
+        ready = []
         if ok:
             for i in step.unlocks:
                 run.remaining[i] -= 1
                 if run.remaining[i] == 0:
-                    self.env.process(self._step(run, self.workflow.steps[i]))
+                    ready.append(self.workflow.steps[i])
         else:
             lost = self.workflow.downstream(step.index)
             run.unresolved -= len(lost)
             if step.required or any(self.workflow.steps[i].required for i in lost):
                 run.failed = True
-        if run.failed:
-            run.ok = False
+        if run.failed or run.unresolved == 0:
+            run.ok = not run.failed
+            run.closed = True  # nothing new starts; the request process ends it at this instant
             run.done.succeed()
-        elif run.unresolved == 0:
-            run.ok = True
-            run.done.succeed()
+            return []
+        return ready
 
     # ------------------------------------------------------------------ calls
 
