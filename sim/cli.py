@@ -14,6 +14,7 @@ from typing import Any
 import click
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -40,7 +41,7 @@ def bad_input_exits() -> Iterator[None]:
     try:
         yield
     except ScenarioError as exc:
-        err.print(f"[bold red]error:[/] {exc.render()}", markup=True, soft_wrap=True)
+        err.print("[bold red]error:[/] " + escape(exc.render()), soft_wrap=True)
         sys.exit(EXIT_BAD_INPUT)
 
 
@@ -81,7 +82,9 @@ def run(
         write_results(result, folder, source, sim.__version__)
     if not quiet:
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
-        out.print(f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet)")
+        out.print(
+            f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet)", markup=False
+        )
 
 
 @main.command()
@@ -97,7 +100,8 @@ def check(scenario: Path) -> None:
     with bad_input_exits():
         spec = load_scenario(scenario)
     out.print(
-        f"{scenario}: ok ({len(spec.workflow.steps)} steps, policies: {', '.join(spec.policies)})"
+        f"{scenario}: ok ({len(spec.workflow.steps)} steps, policies: {', '.join(spec.policies)})",
+        markup=False,
     )
 
 
@@ -157,6 +161,64 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
 
 def _num(value: Any, digits: int) -> str:
     return "n/a" if pd.isna(value) else f"{value:.{digits}f}"
+
+
+@main.command()
+@click.option(
+    "--size",
+    type=click.IntRange(min=100),
+    default=None,
+    help="Simulated requests of the base check (others scale from it); default: 20000.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed (default: fixed).")
+def validate(size: int | None, seed: int | None) -> None:
+    """Hold the simulator to closed-form theory; print each check, exit 1 if any fails."""
+    # Imported here, not at the top, so the rest of the CLI starts without the checks' code.
+    import time  # noqa: PLC0415
+
+    from sim.validation import (  # noqa: PLC0415
+        DEFAULT_SEED,
+        DEFAULT_SIZE,
+        Z_TOLERANCE,
+        run_checks,
+    )
+
+    size = DEFAULT_SIZE if size is None else size
+    seed = DEFAULT_SEED if seed is None else seed
+    started = time.perf_counter()
+    results = run_checks(size=size, seed=seed)
+    wall = time.perf_counter() - started
+    table = Table(
+        title=f"theory checks: size {size}, seed {seed}; interval = theory +- "
+        f"{Z_TOLERANCE:g} standard errors (exact for invariants)",
+        title_justify="left",
+    )
+    for header, justify in (
+        ("check", "left"),
+        ("theory", "right"),
+        ("simulated", "right"),
+        ("interval", "right"),
+        ("pass/fail", "left"),
+    ):
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for r in results:
+        table.add_row(
+            r.name,
+            f"{r.theory:.5g}",
+            f"{r.simulated:.5g}",
+            f"[{r.lo:.5g}, {r.hi:.5g}]",
+            "[green]pass[/]" if r.passed else "[bold red]FAIL[/]",
+        )
+    out.print(table)
+    failed = [r for r in results if not r.passed]
+    for r in failed:
+        out.print(f"[bold red]FAIL[/] {r.describe()}", soft_wrap=True)
+    out.print(
+        f"{len(results) - len(failed)}/{len(results)} checks passed in {wall:.1f} s "
+        "(details: sim/validation.py)"
+    )
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

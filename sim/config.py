@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
 from difflib import get_close_matches
 from typing import Annotated, Any, Literal
 
@@ -34,9 +33,10 @@ class FieldError(ValueError):
 
 
 class Spec(BaseModel):
-    """Base of every config object: unknown keys are errors, objects are immutable."""
+    """Base of every config object: unknown keys are errors, no type coercion (`true` is not
+    a number), objects are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -353,94 +353,23 @@ class Scenario(Spec):
     billing: BillingSpec = BillingSpec()
     sweep: SweepSpec | None = None
 
+    _source_dir: str | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _check_references(self) -> Scenario:
-        problems = list(self._reference_problems())
+        problems = reference_problems(self.model_dump())
         if problems:
             raise FieldError(*problems[0], *problems[1:])
         return self
 
-    def _reference_problems(self) -> Iterator[tuple[Path, str]]:
-        """Every cross-reference problem, each with its key path."""
-        models = set(self.models)
-        for pname, provider in self.providers.items():
-            for mname in provider.serves:
-                if mname not in models:
-                    yield (
-                        ("providers", pname, "serves", mname),
-                        f"unknown model '{mname}'{_choices(mname, models)}",
-                    )
-        steps = self.workflow.steps
-        seen: dict[str, int] = {}
-        for i, step in enumerate(steps):
-            base: Path = ("workflow", "steps", i)
-            if step.id in seen:
-                yield (*base, "id"), f"duplicate step id '{step.id}' (also steps[{seen[step.id]}])"
-            seen.setdefault(step.id, i)
-            if step.model not in models:
-                yield (
-                    (*base, "model"),
-                    f"unknown model '{step.model}'{_choices(step.model, models)}",
-                )
-            elif step.provider is not None:
-                if step.provider not in self.providers:
-                    yield (
-                        (*base, "provider"),
-                        f"unknown provider '{step.provider}'"
-                        + _choices(step.provider, self.providers),
-                    )
-                elif step.model not in self.providers[step.provider].serves:
-                    yield (
-                        (*base, "provider"),
-                        f"provider '{step.provider}' does not serve model '{step.model}'",
-                    )
-            elif not self.serving_providers(step.model):
-                yield (*base, "model"), f"no provider serves model '{step.model}'"
-        ids = {s.id for s in steps}
-        for i, step in enumerate(steps):
-            for j, dep in enumerate(step.after):
-                if dep not in ids:
-                    yield (
-                        ("workflow", "steps", i, "after", j),
-                        f"unknown step '{dep}'{_choices(dep, ids)}",
-                    )
-                elif dep == step.id:
-                    yield ("workflow", "steps", i, "after", j), "a step cannot come after itself"
-        cycle = _find_cycle({s.id: [d for d in s.after if d in ids] for s in steps})
-        if cycle:
-            yield ("workflow", "steps"), "dependency cycle: " + " -> ".join(cycle)
-        yield from self._policy_problems()
-        yield from self._quota_problems()
+    @property
+    def source_dir(self) -> str | None:
+        """The folder relative file names in this scenario are read from (set by the loader)."""
+        return self._source_dir
 
-    def _policy_problems(self) -> Iterator[tuple[Path, str]]:
-        for name, policy in self.policies.items():
-            for j, pname in enumerate(policy.providers or []):
-                if pname not in self.providers:
-                    yield (
-                        ("policies", name, "providers", j),
-                        f"unknown provider '{pname}'{_choices(pname, self.providers)}",
-                    )
-            if isinstance(policy, DownshiftPolicy):
-                if policy.to not in self.models:
-                    yield (
-                        ("policies", name, "to"),
-                        f"unknown model '{policy.to}'{_choices(policy.to, self.models)}",
-                    )
-                elif not self.serving_providers(policy.to):
-                    yield ("policies", name, "to"), f"no provider serves model '{policy.to}'"
-
-    def _quota_problems(self) -> Iterator[tuple[Path, str]]:
-        for pname, provider in self.providers.items():
-            if provider.tpm is None:
-                continue
-            biggest = max(
-                (s.input_tokens + s.output_tokens for s in self.workflow.steps), default=0
-            )
-            if biggest > provider.tpm:
-                yield (
-                    ("providers", pname, "tpm"),
-                    f"must be at least one call's tokens ({biggest}), or no call is ever admitted",
-                )
+    def set_source_dir(self, folder: str) -> None:
+        """Remember where relative file names resolve (the loader's job, done once)."""
+        self._source_dir = folder
 
     def serving_providers(self, model: str) -> list[str]:
         """Providers serving `model`, in file order."""
@@ -449,6 +378,144 @@ class Scenario(Spec):
     def step_provider(self, step: StepSpec) -> str:
         """The provider a step runs on by default."""
         return step.provider or self.serving_providers(step.model)[0]
+
+
+def reference_problems(data: Any) -> list[tuple[Path, str]]:
+    """Every cross-reference problem of scenario data, each with its key path.
+
+    Works on plain (possibly invalid) data, so a typo elsewhere in the file does not hide a
+    reference problem: parts of the wrong shape are skipped here (field validation names them).
+    """
+    data = _mapping(data)
+    models = set(_mapping(data.get("models")))
+    providers = {k: _mapping(v) for k, v in _mapping(data.get("providers")).items()}
+    serves = {p: set(_mapping(spec.get("serves"))) for p, spec in providers.items()}
+    problems: list[tuple[Path, str]] = []
+    for pname, served in serves.items():
+        for mname in served:
+            if models and mname not in models:
+                where = ("providers", pname, "serves", mname)
+                problems.append((where, f"unknown model '{mname}'{_choices(mname, models)}"))
+    steps = [_mapping(s) for s in _sequence(_mapping(data.get("workflow")).get("steps"))]
+    problems += _step_problems(steps, models, serves)
+    problems += _policy_problems(_mapping(data.get("policies")), models, serves, steps)
+    problems += _quota_problems(providers, steps)
+    return problems
+
+
+def _step_problems(
+    steps: list[dict[str, Any]], models: set[str], serves: dict[str, set[str]]
+) -> list[tuple[Path, str]]:
+    problems: list[tuple[Path, str]] = []
+    ids = [s.get("id") for s in steps]
+    seen: dict[Any, int] = {}
+    for i, step in enumerate(steps):
+        base: Path = ("workflow", "steps", i)
+        sid, model, provider = step.get("id"), step.get("model"), step.get("provider")
+        if isinstance(sid, str) and sid in seen:
+            problems.append(((*base, "id"), f"duplicate step id '{sid}' (also steps[{seen[sid]}])"))
+        seen.setdefault(sid, i)
+        if not isinstance(model, str) or not models:
+            pass
+        elif model not in models:
+            problems.append(((*base, "model"), f"unknown model '{model}'{_choices(model, models)}"))
+        elif isinstance(provider, str):
+            if provider not in serves:
+                problems.append(
+                    (
+                        (*base, "provider"),
+                        f"unknown provider '{provider}'{_choices(provider, serves)}",
+                    )
+                )
+            elif model not in serves[provider]:
+                problems.append(
+                    ((*base, "provider"), f"provider '{provider}' does not serve model '{model}'")
+                )
+        elif serves and not any(model in served for served in serves.values()):
+            problems.append(((*base, "model"), f"no provider serves model '{model}'"))
+        for j, dep in enumerate(_sequence(step.get("after"))):
+            if not isinstance(dep, str):
+                continue
+            if dep not in ids:
+                where = ("workflow", "steps", i, "after", j)
+                known = [x for x in ids if isinstance(x, str)]
+                problems.append((where, f"unknown step '{dep}'{_choices(dep, known)}"))
+            elif dep == sid:
+                problems.append(
+                    (("workflow", "steps", i, "after", j), "a step cannot come after itself")
+                )
+    if len(seen) == len(steps):  # with duplicate ids a "cycle" would be an artefact
+        graph = {
+            str(s.get("id")): [
+                d for d in _sequence(s.get("after")) if d in ids and d != s.get("id")
+            ]
+            for s in steps
+        }
+        cycle = _find_cycle(graph)
+        if cycle:
+            problems.append((("workflow", "steps"), "dependency cycle: " + " -> ".join(cycle)))
+    return problems
+
+
+def _policy_problems(
+    policies: dict[str, Any],
+    models: set[str],
+    serves: dict[str, set[str]],
+    steps: list[dict[str, Any]],
+) -> list[tuple[Path, str]]:
+    problems: list[tuple[Path, str]] = []
+    for name, raw in policies.items():
+        policy = _mapping(raw)
+        for j, pname in enumerate(_sequence(policy.get("providers"))):
+            if isinstance(pname, str) and serves and pname not in serves:
+                problems.append(
+                    (
+                        ("policies", name, "providers", j),
+                        f"unknown provider '{pname}'{_choices(pname, serves)}",
+                    )
+                )
+        target = policy.get("to")
+        if policy.get("kind") == "downshift" and isinstance(target, str) and models:
+            if target not in models:
+                problems.append(
+                    (
+                        ("policies", name, "to"),
+                        f"unknown model '{target}'{_choices(target, models)}",
+                    )
+                )
+            elif serves and not any(target in served for served in serves.values()):
+                problems.append((("policies", name, "to"), f"no provider serves model '{target}'"))
+    return problems
+
+
+def _quota_problems(
+    providers: dict[str, dict[str, Any]], steps: list[dict[str, Any]]
+) -> list[tuple[Path, str]]:
+    sizes = [
+        s.get("input_tokens", 1000) + s.get("output_tokens", 200)
+        for s in steps
+        if isinstance(s.get("input_tokens", 0), int) and isinstance(s.get("output_tokens", 0), int)
+    ]
+    biggest = max(sizes, default=0)
+    problems: list[tuple[Path, str]] = []
+    for pname, spec in providers.items():
+        tpm = spec.get("tpm")
+        if isinstance(tpm, int) and not isinstance(tpm, bool) and 0 < tpm < biggest:
+            problems.append(
+                (
+                    ("providers", pname, "tpm"),
+                    f"must be at least one call's tokens ({biggest}), or no call is ever admitted",
+                )
+            )
+    return problems
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _sequence(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:

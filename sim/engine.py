@@ -25,6 +25,8 @@ from sim.workflow import Step, Workflow
 
 #: Cause given to `Process.interrupt` when a call is cancelled.
 CANCEL = OUTCOME_CANCELLED
+#: `Run.remaining` value of a step that can no longer run (a step it needs failed).
+LOST = -1
 
 
 class Run:
@@ -200,16 +202,21 @@ class Simulation:
             return []
         run.unresolved -= 1
         ready = []
+        remaining = run.remaining
         if ok:
             for i in step.unlocks:
-                run.remaining[i] -= 1
-                if run.remaining[i] == 0:
-                    ready.append(self.workflow.steps[i])
+                if remaining[i] > 0:  # LOST steps (< 0) never start
+                    remaining[i] -= 1
+                    if remaining[i] == 0:
+                        ready.append(self.workflow.steps[i])
         else:
-            lost = self.workflow.downstream(step.index)
-            run.unresolved -= len(lost)
-            if step.required or any(self.workflow.steps[i].required for i in lost):
+            if step.required:
                 run.failed = True
+            for i in self.workflow.downstream(step.index):
+                if remaining[i] != LOST:  # a step can be lost through two failed branches
+                    remaining[i] = LOST
+                    run.unresolved -= 1
+                    run.failed = run.failed or self.workflow.steps[i].required
         if run.failed or run.unresolved == 0:
             run.ok = not run.failed
             run.closed = True  # nothing new starts; the request process ends it at this instant

@@ -133,7 +133,10 @@ class Provider:
                 self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_CANCELLED)
         finally:
-            self.slots.release(slot)
+            if slot.triggered:  # held a slot (or was just granted one): give it back
+                self.slots.release(slot)
+            else:  # still queued: leave the queue, so it never takes a slot later
+                slot.cancel()
 
     def _end(self, call: Call, outcome: str) -> Call:
         call.end = self.env.now

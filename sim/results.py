@@ -41,7 +41,8 @@ def default_folder(scenario_name: str, root: Path = Path("results")) -> Path:
 
 
 def check_writable(folder: Path) -> None:
-    """Refuse a target that exists and is not an earlier tailsim result (before any work)."""
+    """Refuse, before any work, a target that cannot hold results: an existing file or foreign
+    folder, or a path below a file."""
     if folder.exists() and (
         not folder.is_dir() or (any(folder.iterdir()) and not (folder / "run.json").exists())
     ):
@@ -49,13 +50,21 @@ def check_writable(folder: Path) -> None:
             str(folder),
             [("", "exists and is not a tailsim results folder; choose another --out")],
         )
+    for parent in folder.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ScenarioError(str(folder), [("", f"cannot be created: {parent} is a file")])
+            break
 
 
 def write_results(result: RunResult, folder: Path, source: str, version: str) -> Path:
     """Write every result file of `result` to `folder` atomically and return the folder."""
     check_writable(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    except OSError as exc:
+        raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
     try:
         result.summary.to_csv(staging / "summary.csv", index=False)
         result.requests.to_parquet(staging / "requests.parquet", index=False)
@@ -64,29 +73,61 @@ def write_results(result: RunResult, folder: Path, source: str, version: str) ->
         (staging / "run.json").write_text(
             json.dumps(run_metadata(result, source, version), indent=2) + "\n", encoding="utf-8"
         )
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    except BaseException:
+        _swap_into_place(staging, folder)
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
         raise
     return folder
 
 
+def _swap_into_place(staging: Path, folder: Path) -> None:
+    """Rename `staging` to `folder`; an earlier result there is moved aside first, then deleted."""
+    if not folder.exists():
+        os.replace(staging, folder)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
+    os.replace(folder, old / "previous")
+    os.replace(staging, folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def resolved_yaml(result: RunResult) -> str:
-    """The scenario with every default made explicit, the seed and size used, the thresholds."""
+    """The scenario exactly as run, loadable as is: defaults explicit, seed and size used, file
+    names absolute; the resolved 'pNN' thresholds follow as comments (they are in run.json)."""
     data = result.scenario.model_dump(mode="json", exclude_none=True)
     data["seed"] = result.seed
     data["requests"] = result.requests_count
-    data["resolved_thresholds_s"] = {
+    _absolute_files(data, Path(result.scenario.source_dir or "."))
+    lines = ["# The scenario exactly as run: every default explicit. Re-run it with `tailsim run`."]
+    body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    notes = ["", "# 'pNN' thresholds resolved by the pilot run, seconds per step:"]
+    for policy, steps in thresholds_table(result).items():
+        notes.append(f"#   {policy}: " + ", ".join(f"{k}={v:g}" for k, v in steps.items()))
+    return "\n".join(lines) + "\n" + body + ("\n".join(notes) + "\n" if len(notes) > 2 else "")
+
+
+def thresholds_table(result: RunResult) -> dict[str, dict[str, float]]:
+    """Per policy that has one, its threshold per step in seconds (rounded to the microsecond)."""
+    return {
         policy: {step: round(value, 6) for step, value in steps.items()}
         for policy, steps in result.thresholds.items()
         if steps
     }
-    header = (
-        "# The scenario exactly as run: defaults explicit, 'pNN' resolved per step (seconds).\n"
-    )
-    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _absolute_files(data: Any, base: Path) -> None:
+    """Make every `file:` in the dumped scenario absolute, so the copy loads from anywhere."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "file" and isinstance(value, str):
+                data[key] = str((base / value).resolve())
+            else:
+                _absolute_files(value, base)
+    elif isinstance(data, list):
+        for item in data:
+            _absolute_files(item, base)
 
 
 def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]:
@@ -98,6 +139,7 @@ def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]
         "seed": result.seed,
         "requests": result.requests_count,
         "policies": list(result.thresholds),
+        "resolved_thresholds_s": thresholds_table(result),
         "python": platform.python_version(),
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": {k: round(v, 3) for k, v in result.wall_s.items()},

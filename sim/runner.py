@@ -54,12 +54,12 @@ def run(
     if n < 1:
         raise ScenarioError(scenario.name, [("requests", f"must be >= 1, got {n}")])
     seed = scenario.seed if seed is None else seed
-    names = list(scenario.policies) if not policies else list(policies)
+    names = list(dict.fromkeys(policies)) if policies else list(scenario.policies)
     unknown = [p for p in names if p not in scenario.policies]
     if unknown:
         known = ", ".join(scenario.policies)
         raise ScenarioError(
-            scenario.name, [("policies", f"unknown policy {unknown[0]!r} (known: {known})")]
+            "--policy", [("", f"unknown policy {unknown[0]!r} in {scenario.name} (known: {known})")]
         )
 
     started = time.perf_counter()

@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sim.config import POLICY_KINDS, DistSpec, FieldError, Path, Scenario
+from sim.config import POLICY_KINDS, DistSpec, FieldError, Path, Scenario, reference_problems
 from sim.errors import ScenarioError, format_path
 
 #: The scenario `tailsim run` uses when none is given (shipped inside the package).
@@ -73,8 +73,12 @@ def scenario_from_dict(
     try:
         scenario = Scenario.model_validate(dict(data))
     except ValidationError as exc:
-        raise ScenarioError(source, _problems(exc, data)) from None
-    _attach_files(scenario, source, base_dir or FilePath.cwd())
+        problems = _problems(exc)
+        problems += [(format_path(p), m) for p, m in reference_problems(data)]
+        raise ScenarioError(source, list(dict.fromkeys(problems))) from None
+    folder = (base_dir or FilePath.cwd()).resolve()
+    scenario.set_source_dir(str(folder))
+    _attach_files(scenario, source, folder)
     return scenario
 
 
@@ -83,7 +87,10 @@ def with_overrides(scenario: Scenario, overrides: Mapping[str, Any], source: str
     data = scenario.model_dump(mode="python", exclude_none=True)
     for dotted, value in overrides.items():
         set_key_path(data, dotted, value, source or scenario.name)
-    fresh = scenario_from_dict(data, source=source or f"{scenario.name} (overridden)")
+    folder = FilePath(scenario.source_dir) if scenario.source_dir else None
+    fresh = scenario_from_dict(
+        data, source=source or f"{scenario.name} (overridden)", base_dir=folder
+    )
     _copy_attachments(scenario, fresh)
     return fresh
 
@@ -140,7 +147,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 # ---------------------------------------------------------------- error formatting
 
 
-def _problems(exc: ValidationError, data: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     for err in exc.errors(include_url=False):
         raw_loc = tuple(err["loc"])
@@ -150,9 +157,10 @@ def _problems(exc: ValidationError, data: Mapping[str, Any]) -> list[tuple[str, 
             for sub, message in err["ctx"]["error"].problems:
                 problems.append((format_path(loc + sub), message))
             continue
-        problems.append((format_path(loc), _message(err, raw_loc, data)))
-    seen: set[tuple[str, str]] = set()
-    return [p for p in problems if not (p in seen or seen.add(p))]
+        if kind in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, "kind")
+        problems.append((format_path(loc), _message(err, raw_loc)))
+    return list(dict.fromkeys(problems))
 
 
 def _strip_union_tags(loc: Path) -> Path:
@@ -162,7 +170,7 @@ def _strip_union_tags(loc: Path) -> Path:
     return loc
 
 
-def _message(err: Any, raw_loc: Path, data: Mapping[str, Any]) -> str:
+def _message(err: Any, raw_loc: Path) -> str:
     kind = err["type"]
     given = err.get("input")
     if kind == "extra_forbidden":
@@ -290,6 +298,8 @@ def _resolve(base_dir: FilePath, name: str) -> FilePath:
 
 def _read_column(base_dir: FilePath, name: str, column: str | None) -> tuple[FilePath, pd.Series]:
     file = _resolve(base_dir, name)
+    if file.is_dir():
+        raise ValueError(f"{file} is a folder, expected a CSV file")
     if not file.is_file():
         raise ValueError(f"file not found: {file}")
     try:

@@ -1,0 +1,109 @@
+"""Shared fixtures: the public contract scenario, and writing edited copies of it to tmp_path."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+#: The repository (the folder holding `sim/` and `tests/`).
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: The public contract example; the repository's parent folder holds `shared/`.
+CONTRACT_PATH = Path(__file__).resolve().parents[2] / "shared" / "contract" / "ten-step.yaml"
+
+_KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+#: An edit mapping a key path to this value deletes the key instead of setting it.
+DELETE: Any = ...
+
+WriteYaml = Callable[..., Path]
+ScenarioFile = Callable[..., Path]
+
+
+def key_path_parts(path: str) -> list[str | int]:
+    """'workflow.steps[3].after[0]' -> ['workflow', 'steps', 3, 'after', 0], as in messages."""
+    parts: list[str | int] = []
+    for name, index in _KEY_PART.findall(path):
+        parts.append(int(index) if index else name)
+    if not parts:
+        raise ValueError(f"empty key path {path!r}")
+    return parts
+
+
+def edit_key_path(data: Any, path: str, value: Any) -> None:
+    """Set (or, with `...` as value, delete) `path` in nested dicts and lists, in place.
+
+    A list index equal to the list's length appends; missing mapping keys on the way are created.
+    """
+    *head, last = key_path_parts(path)
+    node = data
+    for part in head:
+        node = node[part] if isinstance(part, int) else node.setdefault(part, {})
+    if value is DELETE:
+        del node[last]
+    elif isinstance(last, int) and last == len(node):
+        node.append(value)
+    else:
+        node[last] = value
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository folder (holding `sim/`, `scenarios/` and `tests/`)."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def contract_path() -> Path:
+    """The public contract example `shared/contract/ten-step.yaml`; fails loudly if absent."""
+    if not CONTRACT_PATH.is_file():
+        pytest.fail(
+            f"the public contract scenario is missing: expected {CONTRACT_PATH} "
+            "(the repository's parent folder must hold shared/contract/ten-step.yaml)",
+            pytrace=False,
+        )
+    return CONTRACT_PATH
+
+
+@pytest.fixture
+def contract_data(contract_path: Path) -> dict[str, Any]:
+    """A fresh, mutable copy of the contract scenario as plain data (yaml.safe_load)."""
+    return yaml.safe_load(contract_path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def write_yaml(tmp_path: Path) -> WriteYaml:
+    """Write a YAML document to a file under tmp_path: `write_yaml(data, name="scenario.yaml")`.
+
+    `name` may contain folders (created as needed); the written path is returned.
+    """
+
+    def write(data: Any, name: str = "scenario.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def scenario_file(contract_data: dict[str, Any], write_yaml: WriteYaml) -> ScenarioFile:
+    """Write the contract with edits applied: `scenario_file({"seed": 3, "name": ...})`.
+
+    Keys are key paths as in error messages (`workflow.steps[3].after`); a value of `...` deletes
+    the key. Each call starts again from the unedited contract.
+    """
+
+    def write(edits: Mapping[str, Any] | None = None, name: str = "scenario.yaml") -> Path:
+        data = copy.deepcopy(contract_data)
+        for path, value in (edits or {}).items():
+            edit_key_path(data, path, value)
+        return write_yaml(data, name)
+
+    return write

@@ -1,0 +1,443 @@
+"""The `tailsim` command line as a user meets it: runs, results folders, and clean refusals.
+
+A few tests start a real process (exit codes, no traceback, nothing left in the working folder);
+the rest use click's CliRunner, which is faster. Runs are kept small (a few hundred requests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner, Result
+
+from sim.cli import main
+
+ScenarioFile = Callable[..., Path]
+
+POLICIES = ["wait", "cut", "race", "hedge", "downshift"]
+SUMMARY_COLUMNS = [
+    "policy",
+    "requests",
+    "hit_rate",
+    "hit_rate_lo",
+    "hit_rate_hi",
+    "p50_s",
+    "p95_s",
+    "p99_s",
+    "mean_s",
+    "std_s",
+    "cost_per_request_usd",
+    "cost_per_success_usd",
+    "tokens_per_request",
+    "calls_per_request",
+]
+REQUESTS_COLUMNS = [
+    "policy",
+    "request_id",
+    "arrival_s",
+    "latency_s",
+    "ok",
+    "cost_usd",
+    "tokens",
+    "calls",
+]
+CALLS_COLUMNS = [
+    "policy",
+    "request_id",
+    "step",
+    "attempt",
+    "provider",
+    "model",
+    "start_s",
+    "queue_s",
+    "ttft_s",
+    "end_s",
+    "outcome",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+]
+OUTCOMES = {"ok", "invalid", "error", "timeout", "cancelled", "rate_limited"}
+STAMP = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
+
+#: Malformed scenarios a user is likely to write: edits to the contract, and the key path (or,
+#: for a file that cannot be parsed, the words) the error message must contain.
+MALFORMED: list[Any] = [
+    pytest.param(
+        {"providers.direct.concurency": 512}, "providers.direct.concurency", id="unknown-key"
+    ),
+    pytest.param(
+        {"providers.direct.serves.big.ttft_s.p99": 0.5},
+        "providers.direct.serves.big.ttft_s.p99",
+        id="p99-below-median",
+    ),
+    pytest.param(None, "file not found", id="missing-file"),
+    pytest.param("name: [unclosed\n  seed: 1\n", "not valid YAML: line 2", id="not-yaml"),
+    pytest.param({"workflow.steps[0].after": ["s10"]}, "workflow.steps", id="cycle"),
+]
+
+
+def tailsim_command() -> list[str]:
+    """The installed `tailsim` script beside this Python, else `python -m sim.cli`."""
+    script = Path(sys.executable).with_name("tailsim")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "sim.cli"]
+
+
+def run_process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run `tailsim ARGS` in a fresh process in `cwd`, without colours, capturing its output."""
+    env = {k: v for k, v in os.environ.items() if k not in {"FORCE_COLOR", "TTY_COMPATIBLE"}}
+    env["NO_COLOR"] = "1"
+    return subprocess.run(
+        [*tailsim_command(), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def cli(*args: str | Path) -> Result:
+    """Invoke the CLI in this process (click's CliRunner); stdout and stderr kept apart."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_exit(result: Result, code: int) -> None:
+    """`result` exited with `code` on purpose: no exception escaped the command."""
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        trace = "".join(traceback.format_exception(result.exception))
+        pytest.fail(f"the command raised instead of exiting {code}:\n{trace}")
+    assert result.exit_code == code, (result.stdout, result.stderr)
+
+
+def make_malformed(edits: Any, tmp_path: Path, scenario_file: ScenarioFile) -> Path:
+    """A malformed scenario under tmp_path/in/ (edits to the contract, raw text, or no file)."""
+    if edits is None:
+        return tmp_path / "in" / "missing.yaml"
+    if isinstance(edits, str):
+        path = tmp_path / "in" / "scenario.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(edits, encoding="utf-8")
+        return path
+    return scenario_file(edits, name="in/scenario.yaml")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working folder, made the current one."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+# ---------------------------------------------------------------- a real run, as a user types it
+
+
+def test_run_without_a_scenario_in_an_empty_folder(tmp_path: Path) -> None:
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    proc = run_process("run", "--requests", "200", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for policy in POLICIES:
+        assert re.search(rf"^\W*{policy}\b", proc.stdout, re.MULTILINE), proc.stdout
+    assert "hit rate" in proc.stdout
+
+    assert [p.name for p in cwd.iterdir()] == ["results"]
+    runs = list((cwd / "results" / "ten-step").iterdir())
+    assert len(runs) == 1
+    folder = runs[0]
+    assert STAMP.match(folder.name), folder.name
+    assert f"results/ten-step/{folder.name}" in proc.stdout
+    assert {"summary.csv", "requests.parquet", "calls.parquet"} <= {
+        p.name for p in folder.iterdir()
+    }
+
+    summary = pd.read_csv(folder / "summary.csv")
+    assert set(SUMMARY_COLUMNS) <= set(summary.columns)
+    assert list(summary["policy"]) == POLICIES
+    assert (summary["requests"] == 200).all()
+    assert (summary["hit_rate_lo"] <= summary["hit_rate"]).all()
+    assert (summary["hit_rate"] <= summary["hit_rate_hi"]).all()
+
+    requests = pd.read_parquet(folder / "requests.parquet")
+    assert set(REQUESTS_COLUMNS) <= set(requests.columns)
+    assert set(requests["policy"]) == set(POLICIES)
+    assert (requests.groupby("policy")["request_id"].nunique() == 200).all()
+
+    calls = pd.read_parquet(folder / "calls.parquet")
+    assert set(CALLS_COLUMNS) <= set(calls.columns)
+    assert set(calls["outcome"]) <= OUTCOMES
+    assert set(calls["policy"]) == set(POLICIES)
+
+
+@pytest.mark.parametrize(("edits", "expected"), MALFORMED)
+def test_malformed_scenario_exits_2_cleanly_and_writes_nothing(
+    tmp_path: Path, scenario_file: ScenarioFile, edits: Any, expected: str
+) -> None:
+    scenario = make_malformed(edits, tmp_path, scenario_file)
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    proc = run_process("run", str(scenario), "--requests", "50", cwd=cwd)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert str(scenario) in proc.stderr
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(("edits", "expected"), MALFORMED)
+def test_malformed_scenario_does_not_create_out(
+    tmp_path: Path, scenario_file: ScenarioFile, workdir: Path, edits: Any, expected: str
+) -> None:
+    scenario = make_malformed(edits, tmp_path, scenario_file)
+    out = tmp_path / "out" / "run1"
+    result = cli("run", scenario, "--out", out, "--requests", "50")
+    assert_exit(result, 2)
+    assert expected in result.stderr
+    assert not (tmp_path / "out").exists()
+    assert list(workdir.iterdir()) == []
+
+
+# ---------------------------------------------------------------- runs with options
+
+
+@pytest.mark.usefixtures("workdir")
+def test_out_writes_there(tmp_path: Path, contract_path: Path) -> None:
+    out = tmp_path / "mine" / "first"
+    result = cli("run", contract_path, "--out", out, "--requests", "100", "-p", "wait")
+    assert_exit(result, 0)
+    assert {"summary.csv", "requests.parquet", "calls.parquet"} <= {p.name for p in out.iterdir()}
+    assert str(out) in result.stdout
+    assert list(Path.cwd().iterdir()) == []
+    assert list(pd.read_csv(out / "summary.csv")["policy"]) == ["wait"]
+
+
+@pytest.mark.usefixtures("workdir")
+def test_same_seed_same_bytes_other_seed_other_numbers(tmp_path: Path, contract_path: Path) -> None:
+    def summary(seed: int, name: str) -> bytes:
+        out = tmp_path / name
+        result = cli("run", contract_path, "--out", out, "-n", "300", "--seed", str(seed), "-q")
+        assert_exit(result, 0)
+        assert result.stdout == ""  # --quiet
+        return (out / "summary.csv").read_bytes()
+
+    first = summary(11, "a")
+    assert summary(11, "b") == first
+    assert summary(12, "c") != first
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "a" / "calls.parquet"),
+        pd.read_parquet(tmp_path / "b" / "calls.parquet"),
+    )
+
+
+@pytest.mark.usefixtures("workdir")
+def test_policy_option_runs_only_those(tmp_path: Path, contract_path: Path) -> None:
+    out = tmp_path / "out"
+    result = cli("run", contract_path, "--out", out, "-n", "100", "--policy", "race", "-p", "wait")
+    assert_exit(result, 0)
+    assert sorted(pd.read_csv(out / "summary.csv")["policy"]) == ["race", "wait"]
+    assert set(pd.read_parquet(out / "requests.parquet")["policy"]) == {"race", "wait"}
+    assert set(pd.read_parquet(out / "calls.parquet")["policy"]) == {"race", "wait"}
+    for other in ("cut", "hedge", "downshift"):
+        assert other not in result.stdout
+
+
+@pytest.mark.usefixtures("workdir")
+def test_a_policy_named_twice_runs_once(tmp_path: Path, contract_path: Path) -> None:
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    assert_exit(cli("run", contract_path, "--out", once, "-n", "50", "-p", "race", "-q"), 0)
+    result = cli("run", contract_path, "--out", twice, "-n", "50", "-p", "race", "-p", "race")
+    assert_exit(result, 0)
+    assert list(pd.read_csv(twice / "summary.csv")["policy"]) == ["race"]
+    pd.testing.assert_frame_equal(
+        pd.read_csv(twice / "summary.csv"), pd.read_csv(once / "summary.csv")
+    )
+    requests = pd.read_parquet(twice / "requests.parquet")
+    assert len(requests) == 50, "each request must appear once per policy"
+
+
+def test_unknown_policy_exits_2_and_writes_nothing(
+    tmp_path: Path, contract_path: Path, workdir: Path
+) -> None:
+    result = cli("run", contract_path, "-n", "50", "--policy", "race", "--policy", "rase")
+    assert_exit(result, 2)
+    assert "unknown policy 'rase'" in result.stderr
+    assert "known: wait, cut, race, hedge, downshift" in result.stderr
+    assert list(workdir.iterdir()) == []
+    result = cli("run", contract_path, "-n", "50", "--policy", "rase", "--out", tmp_path / "o")
+    assert_exit(result, 2)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["--requests", "0"], id="zero-requests"),
+        pytest.param(["--requests", "many"], id="word-requests"),
+        pytest.param(["--seed", "-1"], id="negative-seed"),
+        pytest.param(["--colour"], id="unknown-option"),
+    ],
+)
+def test_bad_option_exits_2_and_writes_nothing(
+    contract_path: Path, workdir: Path, args: list[str]
+) -> None:
+    result = cli("run", contract_path, *args)
+    assert_exit(result, 2)
+    assert args[0] in result.stderr
+    assert list(workdir.iterdir()) == []
+
+
+# ---------------------------------------------------------------- --out that must be refused
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file below `folder` (relative path -> bytes)."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.usefixtures("workdir")
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda p: (p.mkdir(), (p / "thesis.tex").write_text("mine")), id="folder"),
+        pytest.param(lambda p: p.write_text("a file, not a folder"), id="file"),
+    ],
+)
+def test_out_on_something_else_exits_2_and_leaves_it(
+    tmp_path: Path, contract_path: Path, make: Callable[[Path], Any]
+) -> None:
+    target = tmp_path / "target"
+    make(target)
+    before = _snapshot(tmp_path)
+    result = cli("run", contract_path, "-n", "50", "--out", target)
+    assert_exit(result, 2)
+    assert str(target) in result.stderr
+    assert "not a tailsim results folder" in result.stderr
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.usefixtures("workdir")
+def test_out_below_a_file_exits_2(tmp_path: Path, contract_path: Path) -> None:
+    """`--out notes.txt/run` cannot be created: a clear refusal, not a traceback after the run."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine", encoding="utf-8")
+    result = cli("run", contract_path, "-n", "50", "--out", blocker / "run")
+    assert_exit(result, 2)
+    assert str(blocker) in result.stderr
+    assert blocker.read_text(encoding="utf-8") == "mine"
+
+
+@pytest.mark.usefixtures("workdir")
+def test_out_on_earlier_results_replaces_them(tmp_path: Path, contract_path: Path) -> None:
+    out = tmp_path / "out"
+    assert_exit(cli("run", contract_path, "-n", "50", "-p", "wait", "-q", "--out", out), 0)
+    assert_exit(cli("run", contract_path, "-n", "60", "-p", "cut", "-q", "--out", out), 0)
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["policy"]) == ["cut"]
+    assert list(summary["requests"]) == [60]
+
+
+def test_failed_write_leaves_no_partial_folder(
+    tmp_path: Path, contract_path: Path, monkeypatch: pytest.MonkeyPatch, workdir: Path
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", broken)
+    out = tmp_path / "results" / "run1"
+    result = cli("run", contract_path, "-n", "50", "-p", "wait", "--out", out)
+    assert result.exit_code != 0
+    assert not out.exists()
+    assert list(out.parent.iterdir()) == [], "a .partial- staging folder was left behind"
+    assert list(workdir.iterdir()) == []
+
+
+# ---------------------------------------------------------------- scenarios with data files
+
+
+def test_run_reads_data_files_relative_to_the_scenario(
+    tmp_path: Path, scenario_file: ScenarioFile
+) -> None:
+    data = tmp_path / "scn" / "data"
+    data.mkdir(parents=True)
+    (data / "ttft.csv").write_text("ttft\n0.4\n0.7\n1.1\n2.5\n", encoding="utf-8")
+    (data / "arrivals.csv").write_text(
+        "t\n" + "\n".join(str(2 * i) for i in range(40)) + "\n", encoding="utf-8"
+    )
+    scenario = scenario_file(
+        {
+            "providers.direct.serves.big.ttft_s": {"dist": "empirical", "file": "data/ttft.csv"},
+            "arrivals": {"kind": "trace", "file": "data/arrivals.csv", "column": "t"},
+        },
+        name="scn/scenario.yaml",
+    )
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    proc = run_process("run", str(scenario), "-n", "30", "-p", "wait", "-q", "--out", "o", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    requests = pd.read_parquet(cwd / "o" / "requests.parquet")
+    assert sorted(requests["arrival_s"])[:3] == pytest.approx([0.0, 2.0, 4.0])
+
+
+# ---------------------------------------------------------------- schema and check
+
+
+def test_schema_prints_json(contract_data: dict[str, Any]) -> None:
+    result = cli("schema")
+    assert_exit(result, 0)
+    schema = json.loads(result.stdout)
+    assert set(contract_data) <= set(schema["properties"])
+
+
+def test_check_accepts_the_contract(contract_path: Path) -> None:
+    result = cli("check", contract_path)
+    assert_exit(result, 0)
+    assert "ok" in result.stdout
+    assert "10 steps" in result.stdout
+    assert "wait, cut, race, hedge, downshift" in result.stdout
+
+
+@pytest.mark.parametrize(("edits", "expected"), MALFORMED)
+def test_check_refuses_a_bad_file(
+    tmp_path: Path, scenario_file: ScenarioFile, edits: Any, expected: str
+) -> None:
+    scenario = make_malformed(edits, tmp_path, scenario_file)
+    result = cli("check", scenario)
+    assert_exit(result, 2)
+    assert str(scenario) in result.stderr
+    assert expected in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("key_path", "value"),
+    [
+        pytest.param("policies.cut.cutoff", "[p95]", id="cutoff"),
+        pytest.param("workflow.steps[1].after", ["[bold]s1"], id="step-id"),
+        pytest.param("name", "[/]", id="closing-tag"),
+    ],
+)
+def test_error_messages_show_the_users_text_verbatim(
+    scenario_file: ScenarioFile, key_path: str, value: Any
+) -> None:
+    """Brackets in a bad value are the user's text, not console markup to interpret."""
+    scenario = scenario_file({key_path: value})
+    result = cli("check", scenario)
+    assert_exit(result, 2)
+    shown = value[0] if isinstance(value, list) else value
+    assert f"'{shown}'" in result.stderr
