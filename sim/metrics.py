@@ -21,6 +21,7 @@ from sim.provider import (
 CALL_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
     "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
+    "retry_after_s",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
@@ -74,6 +75,7 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "input_tokens": np.fromiter((c.billed_input for c in calls), np.int64, len(calls)),
             "output_tokens": np.fromiter((c.billed_output for c in calls), np.int64, len(calls)),
             "cost_usd": np.fromiter((c.cost for c in calls), float, len(calls)),
+            "retry_after_s": np.fromiter((c.retry_after for c in calls), float, len(calls)),
         }
     )
     return frame.sort_values(

@@ -22,7 +22,7 @@ from sim.config import (
     Scenario,
     WaitPolicy,
 )
-from sim.provider import OUTCOME_OK, Call
+from sim.provider import OUTCOME_OK, OUTCOME_RATE_LIMITED, Call
 from sim.workflow import Step
 
 StepGenerator = Generator[simpy.Event, Any, bool]
@@ -46,6 +46,11 @@ class StepRun(Protocol):
     @property
     def closed(self) -> bool:
         """True once the request is over (deadline passed or failed): start nothing new."""
+        ...
+
+    @property
+    def time_left(self) -> float:
+        """Seconds until the request's deadline."""
         ...
 
     def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
@@ -87,12 +92,19 @@ class Sequential(Policy):
         self.plans = plans
 
     def execute(self, run: StepRun) -> StepGenerator:
-        for attempt, plan in enumerate(self.plans[run.step.id]):
+        plans = self.plans[run.step.id]
+        for attempt, plan in enumerate(plans):
             call = yield from run.call(attempt, plan)
             if call is None or run.closed:
                 return False
             if call.outcome == OUTCOME_OK:
                 return True
+            if call.outcome == OUTCOME_RATE_LIMITED and attempt + 1 < len(plans):
+                # honour Retry-After, but only if the deadline leaves time to use the retry
+                if call.retry_after >= run.time_left:
+                    return False
+                if call.retry_after > 0:
+                    yield run.env.timeout(call.retry_after)
         return False
 
 

@@ -55,6 +55,7 @@ class Call:
     billed_input: int = 0
     billed_output: int = 0
     cost: float = 0.0
+    retry_after: float = math.nan  # a 429's Retry-After: seconds until the quota admits it
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +100,10 @@ class Provider:
         An `Interrupt` (race loser, deadline) ends it with outcome 'cancelled'.
         """
         env = self.env
-        if not self.quota.admit(env.now, call.input_tokens + call.output_tokens):
+        tokens = call.input_tokens + call.output_tokens
+        if not self.quota.admit(env.now, tokens):
             call.queue = 0.0
+            call.retry_after = self.quota.retry_after(env.now, tokens)
             return self._end(call, OUTCOME_RATE_LIMITED)
         slot = self.slots.request()
         served_at = math.nan
@@ -127,7 +130,7 @@ class Provider:
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_TIMEOUT)
         except simpy.Interrupt:
-            if math.isnan(served_at):
+            if math.isnan(served_at) or env.now == served_at:  # never served for any time
                 call.queue = env.now - call.start
             else:
                 self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
