@@ -11,6 +11,7 @@ for race, two attempts per step with the loser interrupted). The ratio is our ov
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Generator
 from typing import Any
@@ -47,7 +48,8 @@ def tailsim_rate(scenario: sim.Scenario, policy: str, n: int) -> tuple[int, floa
 
 def bare_simpy_rate(n: int, steps: int, attempts: int, seed: int) -> tuple[int, float]:
     """(calls, seconds) of a bare simpy model: Poisson arrivals, `steps` sequential steps, each
-    `attempts` Resource requests + timeouts at once, the first to finish wins, losers interrupted."""
+    `attempts` Resource requests + timeouts at once; the first to finish wins, losers are
+    interrupted."""
     rng = np.random.default_rng(seed)
     gaps = rng.exponential(2.0, n).tolist()
     durations = rng.lognormal(np.log(6.0), 0.5, n * steps * attempts).tolist()
@@ -60,10 +62,8 @@ def bare_simpy_rate(n: int, steps: int, attempts: int, seed: int) -> tuple[int, 
         calls += 1
         with slots.request() as slot:
             yield slot
-            try:
+            with contextlib.suppress(simpy.Interrupt):
                 yield env.timeout(duration)
-            except simpy.Interrupt:
-                pass
 
     def request(index: int) -> Generator[simpy.Event, Any, None]:
         base = index * steps * attempts
@@ -97,16 +97,24 @@ def main() -> None:
     args = parser.parse_args()
     scenario = sim.load_scenario()
     print(f"default scenario '{scenario.name}', {args.requests} requests, best of {args.repeat}")
-    print(f"{'policy':8} {'calls':>8} {'tailsim calls/s':>16} {'(with tables)':>14} "
-          f"{'bare simpy calls/s':>19} {'overhead':>9}")
+    print(
+        f"{'policy':8} {'calls':>8} {'tailsim calls/s':>16} {'(with tables)':>14} "
+        f"{'bare simpy calls/s':>19} {'overhead':>9}"
+    )
     for policy, attempts in (("wait", 1), ("race", 2)):
-        ours = min((tailsim_rate(scenario, policy, args.requests) for _ in range(args.repeat)),
-                   key=lambda r: r[1])
-        bare = min((bare_simpy_rate(args.requests, 10, attempts, 1) for _ in range(args.repeat)),
-                   key=lambda r: r[1])
+        ours = min(
+            (tailsim_rate(scenario, policy, args.requests) for _ in range(args.repeat)),
+            key=lambda r: r[1],
+        )
+        bare = min(
+            (bare_simpy_rate(args.requests, 10, attempts, 1) for _ in range(args.repeat)),
+            key=lambda r: r[1],
+        )
         ours_rate, tables_rate, bare_rate = ours[0] / ours[1], ours[0] / ours[2], bare[0] / bare[1]
-        print(f"{policy:8} {ours[0]:8d} {ours_rate:16,.0f} {tables_rate:14,.0f} "
-              f"{bare_rate:19,.0f} {bare_rate / ours_rate:8.2f}x")
+        print(
+            f"{policy:8} {ours[0]:8d} {ours_rate:16,.0f} {tables_rate:14,.0f} "
+            f"{bare_rate:19,.0f} {bare_rate / ours_rate:8.2f}x"
+        )
 
 
 if __name__ == "__main__":
