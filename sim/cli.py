@@ -20,7 +20,13 @@ from rich.table import Table
 
 import sim
 from sim.errors import ScenarioError
-from sim.results import check_writable, default_folder, write_results
+from sim.results import (
+    FIGURE,
+    check_writable,
+    default_folder,
+    read_result_tables,
+    write_results,
+)
 from sim.scenario import default_scenario_path, json_schema_text, load_scenario
 
 EXIT_BAD_INPUT = 2
@@ -59,6 +65,7 @@ def bad_input_exits() -> Iterator[None]:
     "--policy", "-p", "policies", multiple=True, help="Run only this policy (repeatable)."
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
+@click.option("--no-plot", is_flag=True, help="Skip figures/policies.png (saves ~1 s).")
 def run(
     scenario: Path | None,
     out_dir: Path | None,
@@ -66,6 +73,7 @@ def run(
     seed: int | None,
     policies: tuple[str, ...],
     quiet: bool,
+    no_plot: bool,
 ) -> None:
     """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them."""
     with bad_input_exits():
@@ -79,12 +87,33 @@ def run(
             result = sim.run(
                 spec, requests=requests, seed=seed, policies=policies or None, progress=tick
             )
-        write_results(result, folder, source, sim.__version__)
+        write_results(result, folder, source, sim.__version__, figures=not no_plot)
     if not quiet:
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
         out.print(
-            f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet)", markup=False
+            f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet"
+            + ("" if no_plot else f", {FIGURE}")
+            + ")",
+            markup=False,
         )
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+def plot(folder: Path) -> None:
+    """Redraw FOLDER/figures/policies.png from the result files of a `tailsim run`."""
+    with bad_input_exits():
+        tables = read_result_tables(folder)
+    from sim.plots import write_policy_comparison  # noqa: PLC0415 - slow import, on demand
+
+    path = write_policy_comparison(
+        tables.summary,
+        tables.requests,
+        tables.deadline_s,
+        folder / FIGURE,
+        title=f"{tables.name}: {tables.summary['requests'].iloc[0]} requests",
+    )
+    out.print(f"figure: {path}", markup=False)
 
 
 @main.command()
@@ -212,7 +241,7 @@ def validate(size: int | None, seed: int | None) -> None:
     out.print(table)
     failed = [r for r in results if not r.passed]
     for r in failed:
-        out.print(f"[bold red]FAIL[/] {r.describe()}", soft_wrap=True)
+        out.print(r.describe(), style="bold red", markup=False, soft_wrap=True)
     out.print(
         f"{len(results) - len(failed)}/{len(results)} checks passed in {wall:.1f} s "
         "(details: sim/validation.py)"

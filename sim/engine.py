@@ -39,7 +39,6 @@ class Run:
         "closed",
         "cost",
         "deadline_at",
-        "done",
         "end",
         "failed",
         "index",
@@ -67,7 +66,6 @@ class Run:
         self.active: set[simpy.Process] = set()
         self.remaining = [len(s.depends_on) for s in workflow.steps]
         self.unresolved = len(workflow.steps)
-        self.done = env.event()
 
 
 @dataclass
@@ -137,31 +135,34 @@ class Simulation:
         for index, at in enumerate(times.tolist()):
             if at > env.now:
                 yield env.timeout(at - env.now)
-            env.process(self._request(index, 0))
+            self._start_run(index, 0)
             if progress is not None and index % 1000 == 999:
                 progress(1000)
         if progress is not None and len(times) % 1000:
             progress(len(times) % 1000)
 
-    def _request(self, index: int, resend: int) -> Generator[simpy.Event, Any, None]:
+    def _start_run(self, index: int, resend: int) -> None:
+        """A run arrives: its root steps start, and its deadline is set (a plain timer)."""
         env = self.env
         run = Run(env, self.workflow, index, resend, self.deadline_s)
         self.runs.append(run)
         for step in self.workflow.roots:
             env.process(self._step(run, step))
         if math.isfinite(self.deadline_s):
-            yield run.done | env.timeout(self.deadline_s)
-        else:
-            yield run.done
+            env.timeout(self.deadline_s).callbacks.append(lambda _: self._deadline_passed(run))
+
+    def _deadline_passed(self, run: Run) -> None:
+        if not run.closed:  # still going: the run has failed, stop its work
+            self._finish(run, ok=False, end=run.deadline_at)
+
+    def _finish(self, run: Run, ok: bool, end: float) -> None:
+        """End a run: nothing new starts, every call still in flight is cancelled now."""
         run.closed = True
-        if run.done.triggered:
-            run.end = env.now
-        else:  # the deadline passed first: the request has failed, stop its work
-            run.ok = False
-            run.end = run.deadline_at
+        run.ok = ok
+        run.end = end
         for process in list(run.active):
             self._cancel(run, process)
-        if not run.ok and self._resend_probability > 0:
+        if not ok and self._resend_probability > 0:
             self._maybe_resend(run)
 
     def _maybe_resend(self, run: Run) -> None:
@@ -175,13 +176,10 @@ class Simulation:
             u = rng.random(self.bank.n_requests)
             self._resend_uniforms[run.resend] = u
         if u[run.index] < retry.probability:
-            self.env.process(self._resend_later(run.index, run.resend + 1, retry.delay_s))
-
-    def _resend_later(
-        self, index: int, resend: int, delay: float
-    ) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(delay)
-        yield self.env.process(self._request(index, resend))
+            index, resend = run.index, run.resend + 1
+            self.env.timeout(retry.delay_s).callbacks.append(
+                lambda _: self._start_run(index, resend)
+            )
 
     # ------------------------------------------------------------------ steps
 
@@ -218,9 +216,7 @@ class Simulation:
                     run.unresolved -= 1
                     run.failed = run.failed or self.workflow.steps[i].required
         if run.failed or run.unresolved == 0:
-            run.ok = not run.failed
-            run.closed = True  # nothing new starts; the request process ends it at this instant
-            run.done.succeed()
+            self._finish(run, ok=not run.failed, end=self.env.now)
             return []
         return ready
 

@@ -11,15 +11,18 @@ import os
 import platform
 import shutil
 import tempfile
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from sim.errors import ScenarioError
 from sim.runner import RunResult
 
+FIGURE = "figures/policies.png"
 RESULT_FILES = (
     "summary.csv",
     "requests.parquet",
@@ -57,8 +60,11 @@ def check_writable(folder: Path) -> None:
             break
 
 
-def write_results(result: RunResult, folder: Path, source: str, version: str) -> Path:
-    """Write every result file of `result` to `folder` atomically and return the folder."""
+def write_results(
+    result: RunResult, folder: Path, source: str, version: str, figures: bool = True
+) -> Path:
+    """Write every result file of `result` (and, with `figures`, figures/policies.png) to
+    `folder` atomically and return the folder."""
     check_writable(folder)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -73,6 +79,17 @@ def write_results(result: RunResult, folder: Path, source: str, version: str) ->
         (staging / "run.json").write_text(
             json.dumps(run_metadata(result, source, version), indent=2) + "\n", encoding="utf-8"
         )
+        if figures:
+            from sim.plots import write_policy_comparison  # noqa: PLC0415 - slow import, on demand
+
+            write_policy_comparison(
+                result.summary,
+                result.requests,
+                result.scenario.deadline_s,
+                staging / FIGURE,
+                title=f"{result.scenario.name}: {result.requests_count} requests, "
+                f"seed {result.seed}",
+            )
         _swap_into_place(staging, folder)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -144,3 +161,30 @@ def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": {k: round(v, 3) for k, v in result.wall_s.items()},
     }
+
+
+@dataclass
+class ResultTables:
+    """The tables of a results folder, read back for plots and comparisons."""
+
+    name: str
+    deadline_s: float
+    summary: pd.DataFrame
+    requests: pd.DataFrame
+
+
+def read_result_tables(folder: Path) -> ResultTables:
+    """Read summary.csv, requests.parquet and the deadline from a `tailsim run` folder."""
+    needed = ("summary.csv", "requests.parquet", "scenario.resolved.yaml")
+    missing = [name for name in needed if not (folder / name).is_file()]
+    if missing:
+        raise ScenarioError(
+            str(folder), [("", f"not a tailsim results folder (missing {', '.join(missing)})")]
+        )
+    resolved = yaml.safe_load((folder / "scenario.resolved.yaml").read_text(encoding="utf-8"))
+    return ResultTables(
+        name=str(resolved.get("name", folder.name)),
+        deadline_s=float(resolved["deadline_s"]),
+        summary=pd.read_csv(folder / "summary.csv"),
+        requests=pd.read_parquet(folder / "requests.parquet"),
+    )

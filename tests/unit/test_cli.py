@@ -441,3 +441,21 @@ def test_error_messages_show_the_users_text_verbatim(
     assert_exit(result, 2)
     shown = value[0] if isinstance(value, list) else value
     assert f"'{shown}'" in result.stderr
+
+
+def test_plot_redraws_the_figure_from_result_files(tmp_path: Path, contract_path: Path) -> None:
+    out = tmp_path / "r"
+    assert_exit(cli("run", contract_path, "--out", out, "-n", "150", "-q", "--no-plot"), 0)
+    assert not (out / "figures").exists()  # --no-plot draws nothing
+    result = cli("plot", out)
+    assert_exit(result, 0)
+    png = (out / "figures" / "policies.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    assert len(png) > 20_000
+
+
+def test_plot_refuses_a_folder_without_results(tmp_path: Path) -> None:
+    result = cli("plot", tmp_path)
+    assert_exit(result, 2)
+    assert "not a tailsim results folder" in result.stderr
+    assert "summary.csv" in result.stderr

@@ -16,6 +16,7 @@ import sim
 import sim.results
 from sim.errors import ScenarioError
 from sim.results import (
+    FIGURE,
     RESULT_FILES,
     check_writable,
     default_folder,
@@ -116,8 +117,11 @@ def test_write_results_writes_every_file_and_no_staging(
 ) -> None:
     target = tmp_path / "results" / "ten-step" / "run1"
     assert write_results(small_run, target, "contract.yaml", "9.9") == target
-    assert sorted(p.name for p in target.iterdir()) == sorted(RESULT_FILES)
+    assert sorted(p.name for p in target.iterdir()) == sorted([*RESULT_FILES, "figures"])
     assert [p.name for p in target.parent.iterdir()] == ["run1"]
+    figure = (target / FIGURE).read_bytes()
+    assert figure.startswith(b"\x89PNG")
+    assert len(figure) > 20_000
     summary = pd.read_csv(target / "summary.csv")
     assert list(summary["policy"]) == list(small_run.summary["policy"])
     assert len(pd.read_parquet(target / "requests.parquet")) == len(small_run.requests)
@@ -138,7 +142,7 @@ def test_write_results_replaces_an_earlier_results_folder(
     (target / "run.json").write_text("{}", encoding="utf-8")
     (target / "old.png").write_bytes(b"old")
     write_results(small_run, target, "s.yaml", "0")
-    assert sorted(p.name for p in target.iterdir()) == sorted(RESULT_FILES)
+    assert sorted(p.name for p in target.iterdir()) == sorted([*RESULT_FILES, "figures"])
 
 
 def test_write_results_refuses_a_foreign_folder_untouched(
