@@ -195,7 +195,7 @@ def _num(value: Any, digits: int) -> str:
 @main.command()
 @click.option(
     "--size",
-    type=click.IntRange(min=100),
+    type=click.IntRange(min=1000),
     default=None,
     help="Simulated requests of the base check (others scale from it); default: 20000.",
 )

@@ -34,6 +34,8 @@ OUTCOMES = (
     OUTCOME_RATE_LIMITED,
 )
 _DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
+#: Relative tolerance under which two simulated times are the same instant (float rounding).
+_SAME_INSTANT = 1e-12
 
 
 @dataclass(slots=True)
@@ -120,6 +122,9 @@ class Provider:
             call.queue = served_at - call.start
             service = ttft if drawn != OK else ttft + generation + stall
             left = math.inf if give_up_after is None else give_up_after - call.queue
+            if left <= _SAME_INSTANT * max(1.0, call.queue):
+                # granted its slot at its give-up instant (up to rounding): cut, never served
+                return self._end(call, OUTCOME_TIMEOUT)
             if service <= left:
                 yield env.timeout(service)
                 if drawn != ERROR:
