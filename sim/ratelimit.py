@@ -48,15 +48,24 @@ class Quota:
         self.requests = TokenBucket(rpm) if rpm else None
 
     def admit(self, now: float, tokens: int) -> bool:
-        """Take one request and `tokens` tokens if both fit now (a 429 otherwise, nothing taken)."""
-        if self.tokens is not None and self.tokens.available(now) < tokens:
+        """Take one request and `tokens` tokens if both fit now (a 429 otherwise, nothing taken).
+
+        On the hot path of every call, so the refill is written out rather than called."""
+        bucket_t, bucket_r = self.tokens, self.requests
+        for bucket in (bucket_t, bucket_r):
+            if bucket is not None and now > bucket.updated:
+                bucket.level = min(
+                    bucket.capacity, bucket.level + (now - bucket.updated) * bucket.rate_per_s
+                )
+                bucket.updated = now
+        if (bucket_t is not None and bucket_t.level < tokens) or (
+            bucket_r is not None and bucket_r.level < 1
+        ):
             return False
-        if self.requests is not None and self.requests.available(now) < 1:
-            return False
-        if self.tokens is not None:
-            self.tokens.level -= tokens
-        if self.requests is not None:
-            self.requests.level -= 1
+        if bucket_t is not None:
+            bucket_t.level -= tokens
+        if bucket_r is not None:
+            bucket_r.level -= 1
         return True
 
     def retry_after(self, now: float, tokens: int) -> float:
