@@ -169,6 +169,7 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
         ("calls/req", "right"),
         ("429s/req", "right"),
         ("resends", "right"),
+        ("quality", "right"),
     ]
     for header, justify in headers:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
@@ -184,6 +185,7 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
             _num(row["calls_per_request"], 2),
             _num(row["rate_limited_per_request"], 2),
             f"{row['retry_amplification']:.2f}x",
+            _num(row["quality_mean"], 3),
         )
     return table
 

@@ -6,6 +6,9 @@ request; a *run* is one send of it through the workflow (customers may re-send f
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -52,6 +55,10 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "cancelled_per_request": ("calls", "calls cancelled (race losers, deadline) / requests"),
     "rate_limited_per_request": ("calls", "calls refused with a 429 / requests"),
     "wasted_cost_share": ("fraction", "share of the cost billed for calls that did not answer ok"),
+    "quality_mean": (
+        "score",
+        "mean over successful runs of the mean `quality` of the models that answered each step",
+    ),
 }
 
 
@@ -101,18 +108,33 @@ def requests_frame(records: Records) -> pd.DataFrame:
     )
 
 
-def summarize(requests: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
-    """One row per policy with every metric of `SUMMARY_METRICS`, in the policies' order."""
+def summarize(
+    requests: pd.DataFrame, calls: pd.DataFrame, quality: Mapping[str, float] | None = None
+) -> pd.DataFrame:
+    """One row per policy with every metric of `SUMMARY_METRICS`, in the policies' order.
+
+    `quality` maps model names to their quality score (NaN `quality_mean` without it)."""
     rows = []
     for policy in pd.unique(requests["policy"]):
-        rows.append(
-            _summary_row(
-                requests[requests["policy"] == policy],
-                calls[calls["policy"] == policy],
-                str(policy),
-            )
-        )
+        runs, its_calls = requests[requests["policy"] == policy], calls[calls["policy"] == policy]
+        row = _summary_row(runs, its_calls, str(policy))
+        row["quality_mean"] = _quality_mean(runs, its_calls, quality)
+        rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
+
+
+def _quality_mean(
+    runs: pd.DataFrame, calls: pd.DataFrame, quality: Mapping[str, float] | None
+) -> float:
+    """Mean over successful runs of the mean quality of the models that answered their steps."""
+    if quality is None:
+        return math.nan
+    answers = calls[calls["outcome"] == OUTCOME_OK]
+    scores = answers["model"].astype(str).map(dict(quality)).astype(float)
+    per_run = scores.groupby([answers["request_id"], answers["resend"]]).mean()
+    good = runs.loc[runs["ok"], ["request_id", "resend"]]
+    index = pd.MultiIndex.from_frame(good)
+    return float(per_run.reindex(index).mean()) if len(good) else math.nan
 
 
 def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[str, object]:

@@ -88,7 +88,9 @@ def run(
         seed=seed,
         requests_count=n,
         thresholds={name: thresholds[name] for name in names},
-        summary=summarize(requests_table, calls_table),
+        summary=summarize(
+            requests_table, calls_table, {m: spec.quality for m, spec in scenario.models.items()}
+        ),
         requests=requests_table,
         calls=calls_table,
         wall_s=wall,

@@ -178,3 +178,20 @@ def test_metric_names_carry_units() -> None:
             assert unit == "s"
         if name.endswith("_usd"):
             assert unit == "USD"
+
+
+def test_quality_mean_averages_the_answering_models_over_successful_runs() -> None:
+    """Run 0 answered s1 with m (0.8) and s2 with m2 (0.4): mean 0.6; run 1 with m twice: 0.8;
+    run 2 failed and does not count, whatever its answers. Mean over runs: 0.7."""
+    requests = requests_table("a", [(0, 0, 1.0, True), (1, 0, 1.0, True), (2, 0, 1.0, False)])
+    calls = calls_table("a", [(0, 0, 0, "ok", 1, 1, 0.0), (0, 0, 1, "ok", 1, 1, 0.0)])
+    calls.loc[1, ["step", "model"]] = ["s2", "m2"]
+    more = calls_table(
+        "a",
+        [(1, 0, 0, "ok", 1, 1, 0.0), (1, 0, 0, "ok", 1, 1, 0.0), (2, 0, 0, "ok", 1, 1, 0.0)],
+    )
+    calls = pd.concat([calls, more], ignore_index=True)
+    calls.loc[4, "model"] = "m2"  # run 2 failed: its m2 answer must not count
+    row = summarize(requests, calls, {"m": 0.8, "m2": 0.4}).iloc[0]
+    assert row["quality_mean"] == pytest.approx(0.7, abs=1e-12)
+    assert math.isnan(summarize(requests, calls).iloc[0]["quality_mean"])  # no qualities given
