@@ -129,7 +129,7 @@ class Provider:
                 yield env.timeout(service)
                 if drawn != ERROR:
                     call.ttft = ttft
-                self._bill(call, drawn, ttft, generation + stall, service)
+                self._bill(call, drawn)
                 return self._end(call, _DRAWN[drawn])
             yield env.timeout(left)
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
@@ -156,7 +156,7 @@ class Provider:
         return call
 
     @staticmethod
-    def _bill(call: Call, drawn: int, ttft: float, generating: float, elapsed: float) -> None:
+    def _bill(call: Call, drawn: int) -> None:
         """A call that ran to its end: answers bill input and output, junk input, errors nothing."""
         if drawn == OK:
             call.billed_input, call.billed_output = call.input_tokens, call.output_tokens
