@@ -22,12 +22,15 @@ import sim
 from sim.errors import ScenarioError
 from sim.results import (
     FIGURE,
+    SWEEP_FIGURE,
     check_writable,
     default_folder,
     read_result_tables,
     write_results,
+    write_sweep_results,
 )
 from sim.scenario import default_scenario_path, json_schema_text, load_scenario
+from sim.sweep import expand, run_sweep
 
 EXIT_BAD_INPUT = 2
 
@@ -96,6 +99,107 @@ def run(
             + ")",
             markup=False,
         )
+
+
+@main.command()
+@click.argument("scenario", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Results folder (default: results/<name>/sweep-<timestamp>/).",
+)
+@click.option("--requests", "-n", type=click.IntRange(min=1), help="Override `requests`.")
+@click.option(
+    "--policy", "-p", "policies", multiple=True, help="Run only this policy (repeatable)."
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
+@click.option("--no-plot", is_flag=True, help="Skip figures/sweep.png.")
+def sweep(
+    scenario: Path | None,
+    out_dir: Path | None,
+    requests: int | None,
+    policies: tuple[str, ...],
+    quiet: bool,
+    no_plot: bool,
+) -> None:
+    """Run SCENARIO's `sweep:` grid x replications, every policy at every point."""
+    with bad_input_exits():
+        source = str(scenario) if scenario is not None else str(default_scenario_path())
+        spec = load_scenario(scenario)
+        if spec.sweep is None or not spec.sweep.grid:
+            raise ScenarioError(
+                source,
+                [("sweep", "missing: add `sweep: {grid: {key.path: [values]}, replications: N}`")],
+            )
+        unknown = [p for p in policies if p not in spec.policies]
+        if unknown:
+            known = ", ".join(spec.policies)
+            raise ScenarioError(
+                "--policy", [("", f"unknown policy {unknown[0]!r} (known: {known})")]
+            )
+        total = len(expand(spec))  # checks every grid key and value before any work
+        folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="sweep-")
+        check_writable(folder)
+        with _sweep_progress(total, quiet) as tick:
+            result = run_sweep(spec, requests=requests, policies=policies or None, progress=tick)
+        write_sweep_results(result, spec, folder, source, sim.__version__, figures=not no_plot)
+    if not quiet:
+        out.print(sweep_table(result.summary, result.keys))
+        files = "summary.csv, requests.parquet" + ("" if no_plot else f", {SWEEP_FIGURE}")
+        out.print(f"results: {folder}/ ({files})", markup=False)
+
+
+@contextmanager
+def _sweep_progress(total: int, quiet: bool) -> Iterator[Callable[[int, int, Any], None] | None]:
+    """One progress bar over the sweep's points on stderr when it is a terminal."""
+    if quiet or not err.is_terminal:
+        yield None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("sweep", total=total)
+
+        def tick(done: int, _total: int, point: Any) -> None:
+            bar.update(task, completed=done, description=point.label())
+
+        yield tick
+
+
+def sweep_table(summary: pd.DataFrame, keys: list[str]) -> Table:
+    """Per grid point and policy: mean hit rate, p95 and cost over the replications."""
+    grouped = (
+        summary.groupby([*keys, "policy"], sort=False)
+        .agg(
+            hit_rate=("hit_rate", "mean"),
+            hit_min=("hit_rate", "min"),
+            hit_max=("hit_rate", "max"),
+            p95_s=("p95_s", "mean"),
+            cost=("cost_per_request_usd", "mean"),
+            reps=("replication", "nunique"),
+        )
+        .reset_index()
+    )
+    table = Table(
+        title="sweep: means over replications (hit rate range in brackets)", title_justify="left"
+    )
+    for header in [*keys, "policy", "hit rate [min, max]", "p95 s", "$/request", "reps"]:
+        table.add_column(header, justify="left" if header in ("policy", *keys) else "right")
+    for row in grouped.to_dict("records"):
+        table.add_row(
+            *[str(row[k]) for k in keys],
+            str(row["policy"]),
+            f"{row['hit_rate']:.1%} [{row['hit_min']:.1%}, {row['hit_max']:.1%}]",
+            _num(row["p95_s"], 1),
+            _num(row["cost"], 4),
+            str(row["reps"]),
+        )
+    return table
 
 
 @main.command()

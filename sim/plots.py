@@ -74,3 +74,42 @@ def write_policy_comparison(
     finally:
         plt.close(fig)
     return path
+
+
+def sweep_figure(summary: pd.DataFrame, keys: list[str], title: str = "") -> Figure:
+    """Hit rate and cost per request of each policy against the first grid key (mean over
+    replications, bars: min to max); a second grid key, if any, splits the lines by style."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    x, style = keys[0], (keys[1] if len(keys) > 1 else None)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), layout="constrained")
+    data = summary.assign(policy=summary["policy"].astype(str))
+    for ax, metric, label in (
+        (left, "hit_rate", "deadline hit rate"),
+        (right, "cost_per_request_usd", "cost per request (USD)"),
+    ):
+        sns.lineplot(
+            data=data,
+            x=x,
+            y=metric,
+            hue="policy",
+            style=style,
+            marker="o",
+            errorbar=("pi", 100),
+            ax=ax,
+        )
+        ax.set(xlabel=x, ylabel=label)
+    left.yaxis.set_major_formatter(mpl.ticker.PercentFormatter(1.0))
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def write_sweep_figure(summary: pd.DataFrame, keys: list[str], path: Path, title: str = "") -> Path:
+    """Draw `sweep_figure` and save it as a PNG at `path`."""
+    fig = sweep_figure(summary, keys, title)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path

@@ -11,6 +11,8 @@ import os
 import platform
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,10 +21,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from sim.config import Scenario
 from sim.errors import ScenarioError
 from sim.runner import RunResult
+from sim.sweep import SweepResult
 
 FIGURE = "figures/policies.png"
+SWEEP_FIGURE = "figures/sweep.png"
 RESULT_FILES = (
     "summary.csv",
     "requests.parquet",
@@ -32,9 +37,9 @@ RESULT_FILES = (
 )
 
 
-def default_folder(scenario_name: str, root: Path = Path("results")) -> Path:
-    """results/<name>/<UTC timestamp>/, with a suffix if that folder already exists."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+def default_folder(scenario_name: str, root: Path = Path("results"), prefix: str = "") -> Path:
+    """results/<name>/<prefix><UTC timestamp>/, with a suffix if that folder already exists."""
+    stamp = prefix + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     folder = root / scenario_name / stamp
     suffix = 1
     while folder.exists():
@@ -60,11 +65,10 @@ def check_writable(folder: Path) -> None:
             break
 
 
-def write_results(
-    result: RunResult, folder: Path, source: str, version: str, figures: bool = True
-) -> Path:
-    """Write every result file of `result` (and, with `figures`, figures/policies.png) to
-    `folder` atomically and return the folder."""
+@contextmanager
+def staged(folder: Path) -> Iterator[Path]:
+    """Yield a hidden staging folder beside `folder`; on success it becomes `folder`, on any
+    failure it is removed (an OSError becomes a ScenarioError naming the folder)."""
     check_writable(folder)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -72,13 +76,26 @@ def write_results(
     except OSError as exc:
         raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
     try:
+        yield staging
+        _swap_into_place(staging, folder)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
+        raise
+
+
+def write_results(
+    result: RunResult, folder: Path, source: str, version: str, figures: bool = True
+) -> Path:
+    """Write every result file of `result` (and, with `figures`, figures/policies.png) to
+    `folder` atomically and return the folder."""
+    with staged(folder) as staging:
         result.summary.to_csv(staging / "summary.csv", index=False)
         result.requests.to_parquet(staging / "requests.parquet", index=False)
         result.calls.to_parquet(staging / "calls.parquet", index=False)
         (staging / "scenario.resolved.yaml").write_text(resolved_yaml(result), encoding="utf-8")
-        (staging / "run.json").write_text(
-            json.dumps(run_metadata(result, source, version), indent=2) + "\n", encoding="utf-8"
-        )
+        _write_json(staging / "run.json", run_metadata(result, source, version))
         if figures:
             from sim.plots import write_policy_comparison  # noqa: PLC0415 - slow import, on demand
 
@@ -90,13 +107,49 @@ def write_results(
                 title=f"{result.scenario.name}: {result.requests_count} requests, "
                 f"seed {result.seed}",
             )
-        _swap_into_place(staging, folder)
-    except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
-        raise
     return folder
+
+
+def write_sweep_results(
+    sweep: SweepResult,
+    scenario: Scenario,
+    folder: Path,
+    source: str,
+    version: str,
+    figures: bool = True,
+) -> Path:
+    """Write a sweep's stacked summary and runs (and figures/sweep.png) to `folder` atomically."""
+    with staged(folder) as staging:
+        sweep.summary.to_csv(staging / "summary.csv", index=False)
+        sweep.requests.to_parquet(staging / "requests.parquet", index=False)
+        data = scenario.model_dump(mode="json", exclude_none=True)
+        _absolute_files(data, Path(scenario.source_dir or "."))
+        header = "# The scenario as swept: every default explicit; points in run.json.\n"
+        (staging / "scenario.resolved.yaml").write_text(
+            header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8"
+        )
+        meta = {
+            "scenario": scenario.name,
+            "source": source,
+            "tailsim_version": version,
+            "grid_keys": sweep.keys,
+            "points": [
+                {"overrides": p.overrides, "replication": p.replication, "seed": p.seed}
+                for p in sweep.points
+            ],
+            "python": platform.python_version(),
+            "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        _write_json(staging / "run.json", meta)
+        if figures and sweep.keys:
+            from sim.plots import write_sweep_figure  # noqa: PLC0415 - slow import, on demand
+
+            write_sweep_figure(sweep.summary, sweep.keys, staging / SWEEP_FIGURE, scenario.name)
+    return folder
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def _swap_into_place(staging: Path, folder: Path) -> None:

@@ -1,0 +1,108 @@
+"""sim.sweep: grid expansion, replication seeds, stacked results, and the `tailsim sweep` face."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import sim
+from sim.cli import main
+from sim.errors import ScenarioError
+from sim.scenario import scenario_from_dict, with_overrides
+from sim.sweep import expand, replication_seed, run_sweep
+
+
+def swept(contract_data: dict[str, Any], grid: dict[str, list[Any]], reps: int) -> sim.Scenario:
+    """The contract with its sweep replaced."""
+    data = {**contract_data, "sweep": {"grid": grid, "replications": reps}}
+    return scenario_from_dict(data, source="swept.yaml")
+
+
+def test_expand_is_the_grid_product_times_replications(contract_data: dict[str, Any]) -> None:
+    scenario = swept(
+        contract_data, {"arrivals.rate_per_s": [0.2, 0.4], "deadline_s": [60, 90, 120]}, 2
+    )
+    points = expand(scenario)
+    assert len(points) == 2 * 3 * 2
+    assert {(p.overrides["arrivals.rate_per_s"], p.overrides["deadline_s"]) for p in points} == {
+        (r, d) for r in (0.2, 0.4) for d in (60, 90, 120)
+    }
+    # replication r has one seed at every grid point; replication 0 is the scenario's own seed
+    seeds = {(p.replication, p.seed) for p in points}
+    assert seeds == {(0, scenario.seed), (1, replication_seed(scenario.seed, 1))}
+    assert replication_seed(scenario.seed, 1) != scenario.seed
+    assert replication_seed(scenario.seed, 2) != replication_seed(scenario.seed, 1)
+
+
+@pytest.mark.parametrize(
+    ("grid", "needle"),
+    [
+        ({"arrivals.rate_per_sec": [1.0]}, "unknown key"),
+        ({"arrivals.rate_per_s": [1.0, -2.0]}, "greater than 0"),
+        ({"nothere.key": [1]}, "no key 'nothere'"),
+    ],
+)
+def test_bad_grid_keys_and_values_are_named(
+    contract_data: dict[str, Any], grid: dict[str, list[Any]], needle: str
+) -> None:
+    scenario = swept(contract_data, grid, 1)
+    with pytest.raises(ScenarioError) as info:
+        expand(scenario)
+    key = next(iter(grid))
+    paths = [path for path, _ in info.value.problems]
+    assert paths == [f"sweep.grid.{key}"]
+    assert needle in info.value.render()
+
+
+def test_a_sweep_point_equals_a_plain_run_of_it(contract_data: dict[str, Any]) -> None:
+    scenario = swept(contract_data, {"deadline_s": [60, 90]}, 2)
+    result = run_sweep(scenario, requests=120, policies=["wait", "cut"])
+    assert list(result.summary.columns[:3]) == ["deadline_s", "replication", "seed"]
+    assert len(result.summary) == 2 * 2 * 2
+    point = result.summary[
+        (result.summary["deadline_s"] == 60) & (result.summary["replication"] == 0)
+    ]
+    plain = sim.run(
+        with_overrides(scenario, {"deadline_s": 60}), requests=120, policies=["wait", "cut"]
+    )
+    pd.testing.assert_frame_equal(
+        point.drop(columns=["deadline_s", "replication", "seed"]).reset_index(drop=True),
+        plain.summary,
+    )
+    # the tighter deadline cannot raise the hit rate of the same draws (common random numbers)
+    by = result.summary.set_index(["deadline_s", "replication", "policy"])["hit_rate"]
+    for rep in (0, 1):
+        for policy in ("wait", "cut"):
+            assert by[(60, rep, policy)] <= by[(90, rep, policy)]
+    # the runs table is stacked and tagged the same way
+    assert set(result.requests["deadline_s"]) == {60, 90}
+    assert len(result.requests) == 2 * 2 * 2 * 120
+
+
+def test_sweep_cli_writes_the_stacked_tables(tmp_path: Path, contract_path: Path) -> None:
+    out = tmp_path / "sw"
+    result = CliRunner().invoke(
+        main, ["sweep", str(contract_path), "-n", "60", "-p", "wait", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    summary = pd.read_csv(out / "summary.csv")
+    assert sorted(set(summary["arrivals.rate_per_s"])) == [0.25, 0.5, 1.0]
+    assert len(summary) == 3 * 3  # three rates, three replications, one policy
+    assert (out / "requests.parquet").is_file()
+    assert (out / "figures" / "sweep.png").read_bytes().startswith(b"\x89PNG")
+    assert "arrivals.rate_per_s" in result.stdout
+
+
+def test_sweep_cli_without_a_grid_exits_2(tmp_path: Path, contract_data: dict[str, Any]) -> None:
+    data = {k: v for k, v in contract_data.items() if k != "sweep"}
+    path = tmp_path / "nosweep.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "sweep: missing" in result.stderr
+    assert not (tmp_path / "o").exists()
