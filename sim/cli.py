@@ -29,6 +29,7 @@ from sim.results import (
     write_results,
     write_sweep_results,
 )
+from sim.runner import chosen_policies
 from sim.scenario import default_scenario_path, json_schema_text, load_scenario
 from sim.sweep import expand, run_sweep
 
@@ -54,21 +55,41 @@ def bad_input_exits() -> Iterator[None]:
         sys.exit(EXIT_BAD_INPUT)
 
 
+def _simulation_options(default_out: str, figure: str) -> Callable[[Any], Any]:
+    """The arguments `run` and `sweep` share: scenario, --out, --requests, --policy, ..."""
+
+    def apply(command: Any) -> Any:
+        options = [
+            click.argument("scenario", required=False, type=click.Path(path_type=Path)),
+            click.option(
+                "--out",
+                "out_dir",
+                type=click.Path(path_type=Path),
+                help=f"Results folder (default: {default_out}).",
+            ),
+            click.option(
+                "--requests", "-n", type=click.IntRange(min=1), help="Override `requests`."
+            ),
+            click.option(
+                "--policy",
+                "-p",
+                "policies",
+                multiple=True,
+                help="Run only this policy (repeatable).",
+            ),
+            click.option("--quiet", "-q", is_flag=True, help="Print no table or progress."),
+            click.option("--no-plot", is_flag=True, help=f"Skip {figure}."),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
 @main.command()
-@click.argument("scenario", required=False, type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    help="Results folder (default: results/<name>/<timestamp>/).",
-)
-@click.option("--requests", "-n", type=click.IntRange(min=1), help="Override `requests`.")
+@_simulation_options("results/<name>/<timestamp>/", FIGURE)
 @click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
-@click.option(
-    "--policy", "-p", "policies", multiple=True, help="Run only this policy (repeatable)."
-)
-@click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
-@click.option("--no-plot", is_flag=True, help="Skip figures/policies.png (saves ~1 s).")
 def run(
     scenario: Path | None,
     out_dir: Path | None,
@@ -102,19 +123,7 @@ def run(
 
 
 @main.command()
-@click.argument("scenario", required=False, type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    help="Results folder (default: results/<name>/sweep-<timestamp>/).",
-)
-@click.option("--requests", "-n", type=click.IntRange(min=1), help="Override `requests`.")
-@click.option(
-    "--policy", "-p", "policies", multiple=True, help="Run only this policy (repeatable)."
-)
-@click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
-@click.option("--no-plot", is_flag=True, help="Skip figures/sweep.png.")
+@_simulation_options("results/<name>/sweep-<timestamp>/", SWEEP_FIGURE)
 def sweep(
     scenario: Path | None,
     out_dir: Path | None,
@@ -132,12 +141,7 @@ def sweep(
                 source,
                 [("sweep", "missing: add `sweep: {grid: {key.path: [values]}, replications: N}`")],
             )
-        unknown = [p for p in policies if p not in spec.policies]
-        if unknown:
-            known = ", ".join(spec.policies)
-            raise ScenarioError(
-                "--policy", [("", f"unknown policy {unknown[0]!r} (known: {known})")]
-            )
+        chosen_policies(spec, policies)  # unknown names stop here, before any work
         total = len(expand(spec))  # checks every grid key and value before any work
         folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="sweep-")
         check_writable(folder)

@@ -67,13 +67,7 @@ def write_policy_comparison(
     summary: pd.DataFrame, requests: pd.DataFrame, deadline_s: float, path: Path, title: str = ""
 ) -> Path:
     """Draw `policy_comparison` and save it as a PNG at `path`."""
-    fig = policy_comparison(summary, requests, deadline_s, title)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
-    return path
+    return _save(policy_comparison(summary, requests, deadline_s, title), path)
 
 
 def sweep_figure(summary: pd.DataFrame, keys: list[str], title: str = "") -> Figure:
@@ -106,7 +100,11 @@ def sweep_figure(summary: pd.DataFrame, keys: list[str], title: str = "") -> Fig
 
 def write_sweep_figure(summary: pd.DataFrame, keys: list[str], path: Path, title: str = "") -> Path:
     """Draw `sweep_figure` and save it as a PNG at `path`."""
-    fig = sweep_figure(summary, keys, title)
+    return _save(sweep_figure(summary, keys, title), path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Save `fig` as a PNG at `path` and free it."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)

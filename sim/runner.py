@@ -38,6 +38,18 @@ class RunResult:
     wall_s: dict[str, float] = field(default_factory=dict)
 
 
+def chosen_policies(scenario: Scenario, policies: Sequence[str] | None) -> list[str]:
+    """The policies to run, each once, in the order given (all of the scenario's by default)."""
+    names = list(dict.fromkeys(policies)) if policies else list(scenario.policies)
+    unknown = [p for p in names if p not in scenario.policies]
+    if unknown:
+        known = ", ".join(scenario.policies)
+        raise ScenarioError(
+            "--policy", [("", f"unknown policy {unknown[0]!r} in {scenario.name} (known: {known})")]
+        )
+    return names
+
+
 def run(
     scenario: Scenario,
     *,
@@ -54,13 +66,7 @@ def run(
     if n < 1:
         raise ScenarioError(scenario.name, [("requests", f"must be >= 1, got {n}")])
     seed = scenario.seed if seed is None else seed
-    names = list(dict.fromkeys(policies)) if policies else list(scenario.policies)
-    unknown = [p for p in names if p not in scenario.policies]
-    if unknown:
-        known = ", ".join(scenario.policies)
-        raise ScenarioError(
-            "--policy", [("", f"unknown policy {unknown[0]!r} in {scenario.name} (known: {known})")]
-        )
+    names = chosen_policies(scenario, policies)
 
     started = time.perf_counter()
     thresholds = resolve_thresholds(scenario, seed)
