@@ -67,7 +67,7 @@ class StepRun(Protocol):
 
 
 class Policy:
-    """A way to execute a step; `thresholds` holds per-step seconds resolved from 'pNN'."""
+    """A way to execute a step: wait, cut, race, hedge or downshift, with its attempts planned."""
 
     name: str
 
