@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import sim
+from sim.config import Scenario
 from sim.errors import ScenarioError
 from sim.results import (
     FIGURE,
@@ -87,6 +88,12 @@ def _simulation_options(default_out: str, figure: str) -> Callable[[Any], Any]:
     return apply
 
 
+def _load(scenario: Path | None) -> tuple[str, Scenario]:
+    """The scenario at `scenario` (the bundled default if None) and how to name its source."""
+    source = str(scenario) if scenario is not None else str(default_scenario_path())
+    return source, load_scenario(scenario)
+
+
 @main.command()
 @_simulation_options("results/<name>/<timestamp>/", FIGURE)
 @click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
@@ -101,12 +108,11 @@ def run(
 ) -> None:
     """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them."""
     with bad_input_exits():
-        source = str(scenario) if scenario is not None else str(default_scenario_path())
-        spec = load_scenario(scenario)
+        source, spec = _load(scenario)
         folder = out_dir if out_dir is not None else default_folder(spec.name)
         check_writable(folder)
         n = requests or spec.requests
-        names = list(policies) or list(spec.policies)
+        names = chosen_policies(spec, policies)  # unknown names stop here, before any work
         with _progress(names, n, quiet) as tick:
             result = sim.run(
                 spec, requests=requests, seed=seed, policies=policies or None, progress=tick
@@ -134,8 +140,7 @@ def sweep(
 ) -> None:
     """Run SCENARIO's `sweep:` grid x replications, every policy at every point."""
     with bad_input_exits():
-        source = str(scenario) if scenario is not None else str(default_scenario_path())
-        spec = load_scenario(scenario)
+        source, spec = _load(scenario)
         if spec.sweep is None or not spec.sweep.grid:
             raise ScenarioError(
                 source,
