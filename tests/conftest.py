@@ -13,8 +13,9 @@ import yaml
 
 #: The repository (the folder holding `sim/` and `tests/`).
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: The public contract example; the repository's parent folder holds `shared/`.
-CONTRACT_PATH = Path(__file__).resolve().parents[2] / "shared" / "contract" / "ten-step.yaml"
+#: The public contract example, bundled as the default scenario (a user's clone has nothing beside
+#: it, so tests never read outside the repository).
+CONTRACT_PATH = REPO_ROOT / "scenarios" / "default.yaml"
 
 _KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -60,13 +61,8 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def contract_path() -> Path:
-    """The public contract example `shared/contract/ten-step.yaml`; fails loudly if absent."""
-    if not CONTRACT_PATH.is_file():
-        pytest.fail(
-            f"the public contract scenario is missing: expected {CONTRACT_PATH} "
-            "(the repository's parent folder must hold shared/contract/ten-step.yaml)",
-            pytrace=False,
-        )
+    """The public contract example, bundled as `scenarios/default.yaml`."""
+    assert CONTRACT_PATH.is_file(), f"the bundled default scenario is missing: {CONTRACT_PATH}"
     return CONTRACT_PATH
 
 

@@ -31,6 +31,11 @@ WriteYaml = Callable[..., Path]
 
 POLICY_KINDS = "wait, cut, race, hedge, downshift"
 BIG_DIRECT = "providers.direct.serves.big"
+#: The Azure code-completion trace bundled (with its license) for scenarios/azure-code-burst.yaml.
+AZURE_CODE_TRACE = (
+    Path(__file__).resolve().parents[2]
+    / "scenarios/data/azure-llm-trace-2023/AzureLLMInferenceTrace_code.csv"
+)
 
 
 def load_error(path: Path) -> ScenarioError:
@@ -74,13 +79,30 @@ def test_contract_loads_unchanged(contract_path: Path) -> None:
     assert scenario.providers["direct"].tpm == 20_000_000  # YAML `20_000_000` is a number
     assert scenario.providers["direct"].serves["big"].ttft_s.p99 == 4.0
     assert scenario.sweep is not None
-    assert scenario.sweep.grid == {"arrivals.rate_per_s": [0.25, 0.5, 1.0]}
+    assert scenario.sweep.grid == {"providers.direct.concurrency": [24, 32, 48, 64]}
 
 
-def test_bundled_default_has_the_contract_data(contract_path: Path) -> None:
+#: A verbatim copy of the public contract example (scenario-format.md's `ten-step.yaml`).
+CONTRACT_COPY = Path(__file__).resolve().parents[1] / "data" / "contract-ten-step.yaml"
+
+
+def test_bundled_default_has_the_contract_data() -> None:
+    """The default is the contract example; only its `sweep:` grid differs (it varies what
+    changes the answer: slots at a fixed rate)."""
     bundled = yaml.safe_load(default_scenario_path().read_text(encoding="utf-8"))
-    contract = yaml.safe_load(contract_path.read_text(encoding="utf-8"))
+    contract = yaml.safe_load(CONTRACT_COPY.read_text(encoding="utf-8"))
+    bundled.pop("sweep")
+    contract.pop("sweep")
     assert bundled == contract
+
+
+def test_the_contract_example_loads_and_runs_unchanged() -> None:
+    """The public example must run as written (a small run of every policy)."""
+    import sim  # noqa: PLC0415
+
+    result = sim.run(load_scenario(CONTRACT_COPY), requests=50)
+    assert list(result.summary["policy"]) == ["wait", "cut", "race", "hedge", "downshift"]
+    assert (result.summary["hit_rate"] > 0).all()
 
 
 def test_top_level_default_is_a_byte_copy_of_the_bundled_one(repo_root: Path) -> None:
@@ -492,24 +514,25 @@ def test_unusable_file(tmp_path: Path, make: Callable[[Path], Path], fragments: 
 
 
 @pytest.mark.parametrize(
-    ("old", "new", "key", "line"),
+    ("old", "new", "key"),
     [
-        pytest.param("seed: 7\n", "seed: 7\nseed: 8\n", "seed", 4, id="top-level"),
+        pytest.param("seed: 7 ", "seed: 8\nseed: 7 ", "seed", id="top-level"),
         pytest.param(
             "    concurrency: 512 ",
             "    concurrency: 5\n    concurrency: 512 ",
             "concurrency",
-            19,
             id="nested",
         ),
     ],
 )
 def test_duplicate_yaml_keys(
-    tmp_path: Path, contract_path: Path, old: str, new: str, key: str, line: int
+    tmp_path: Path, contract_path: Path, old: str, new: str, key: str
 ) -> None:
-    """PyYAML silently keeps the last of two equal keys; the loader must refuse them."""
+    """PyYAML silently keeps the last of two equal keys; the loader must refuse them, naming the
+    line of the second one."""
     text = contract_path.read_text(encoding="utf-8")
     assert text.count(old) == 1
+    line = text[: text.index(old)].count("\n") + 2  # 1-based line of the repeated key
     file = tmp_path / "scenario.yaml"
     file.write_text(text.replace(old, new), encoding="utf-8")
     rendered = str(load_error(file))
@@ -653,14 +676,10 @@ def test_bad_trace_file(
     assert_reported(load_error(file), file, "arrivals.file", *fragments)
 
 
-def test_the_azure_trace_loads_as_arrivals(
-    contract_path: Path, scenario_file: ScenarioFile
-) -> None:
-    """The shared Azure LLM trace (7-digit fractional seconds) replays with the default column."""
-    trace = contract_path.parents[1] / "data" / "azure-llm-trace-2023"
-    trace /= "AzureLLMInferenceTrace_code.csv"
-    if not trace.is_file():
-        pytest.skip(f"shared data not present: {trace}")
+def test_the_azure_trace_loads_as_arrivals(scenario_file: ScenarioFile) -> None:
+    """The bundled Azure LLM trace (7-digit fractional seconds) replays with the default column."""
+    trace = AZURE_CODE_TRACE
+    assert trace.is_file(), f"bundled trace missing: {trace}"
     scenario = load_scenario(scenario_file({"arrivals.kind": "trace", "arrivals.file": str(trace)}))
     offsets = scenario.arrivals.trace_offsets
     assert offsets is not None

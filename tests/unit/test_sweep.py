@@ -91,11 +91,11 @@ def test_sweep_cli_writes_the_stacked_tables(tmp_path: Path, contract_path: Path
     )
     assert result.exit_code == 0, result.output
     summary = pd.read_csv(out / "summary.csv")
-    assert sorted(set(summary["arrivals.rate_per_s"])) == [0.25, 0.5, 1.0]
-    assert len(summary) == 3 * 3  # three rates, three replications, one policy
+    assert sorted(set(summary["providers.direct.concurrency"])) == [24, 32, 48, 64]
+    assert len(summary) == 4 * 2  # four slot counts, two replications, one policy
     assert (out / "requests.parquet").is_file()
     assert (out / "figures" / "sweep.png").read_bytes().startswith(b"\x89PNG")
-    assert "arrivals.rate_per_s" in result.stdout
+    assert "providers.direct.concurrency" in result.stdout
 
 
 def test_sweep_cli_without_a_grid_exits_2(tmp_path: Path, contract_data: dict[str, Any]) -> None:
