@@ -27,6 +27,10 @@ from sim.workflow import Step, Workflow
 CANCEL = OUTCOME_CANCELLED
 #: `Run.remaining` value of a step that can no longer run (a step it needs failed).
 LOST = -1
+#: `fail_reason` of a run still going at its deadline.
+FAIL_DEADLINE = "deadline"
+#: `fail_reason` of a step that failed without making a call (its request closed first).
+FAIL_NO_CALL = "no_call"
 
 
 class Run:
@@ -40,11 +44,14 @@ class Run:
         "cost",
         "deadline_at",
         "end",
+        "fail_reason",
+        "fail_step",
         "failed",
         "index",
         "ok",
         "remaining",
         "resend",
+        "running",
         "tokens",
         "unresolved",
     )
@@ -60,6 +67,9 @@ class Run:
         self.ok = False
         self.failed = False
         self.end = math.nan
+        self.fail_reason = ""  # deadline, or the outcome of the failing step's last call
+        self.fail_step = ""  # the step that failed the run (at the deadline: one still running)
+        self.running = ""  # the step started last (what the deadline interrupts)
         self.cost = 0.0
         self.tokens = 0
         self.calls = 0
@@ -153,6 +163,7 @@ class Simulation:
 
     def _deadline_passed(self, run: Run) -> None:
         if not run.closed:  # still going: the run has failed, stop its work
+            run.fail_reason, run.fail_step = FAIL_DEADLINE, run.running
             self._finish(run, ok=False, end=run.deadline_at)
 
     def _finish(self, run: Run, ok: bool, end: float) -> None:
@@ -187,15 +198,17 @@ class Simulation:
         """Run a step, then go on with the first step it unlocks (others get processes of their
         own): a chain costs one process, a DAG one per branch."""
         while step is not None:
-            ok = yield from self.policy.execute(_StepRun(self, run, step))
-            ready = self._resolve(run, step, ok)
+            handle = _StepRun(self, run, step)
+            run.running = step.id
+            ok = yield from self.policy.execute(handle)
+            ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
             step = ready[0] if ready else None
             for other in ready[1:]:
                 self.env.process(self._step(run, other))
 
-    def _resolve(self, run: Run, step: Step, ok: bool) -> list[Step]:
+    def _resolve(self, run: Run, step: Step, ok: bool, outcome: str) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
-        step (or a required step that now cannot run) mattered."""
+        step (or a required step that now cannot run) mattered, with `outcome` as the reason."""
         if run.closed:
             return []
         run.unresolved -= 1
@@ -215,6 +228,8 @@ class Simulation:
                     remaining[i] = LOST
                     run.unresolved -= 1
                     run.failed = run.failed or self.workflow.steps[i].required
+        if run.failed and not run.fail_reason:
+            run.fail_reason, run.fail_step = outcome, step.id
         if run.failed or run.unresolved == 0:
             self._finish(run, ok=not run.failed, end=self.env.now)
             return []
@@ -223,9 +238,10 @@ class Simulation:
     # ------------------------------------------------------------------ calls
 
     def _call(
-        self, run: Run, step: Step, attempt: int, plan: Attempt
+        self, handle: _StepRun, attempt: int, plan: Attempt
     ) -> Generator[simpy.Event, Any, Call | None]:
         """One attempt: draw its latency (common random numbers), live it on its provider."""
+        run, step = handle.run, handle.step
         if run.closed:
             return None
         env = self.env
@@ -258,6 +274,7 @@ class Simulation:
             )
         finally:
             run.active.discard(process)
+        handle.last_outcome = call.outcome
         run.calls += 1
         run.cost += call.cost
         run.tokens += call.billed_input + call.billed_output
@@ -274,13 +291,14 @@ class Simulation:
 class _StepRun:
     """The engine's handle for a policy running one step of one run."""
 
-    __slots__ = ("env", "run", "sim", "step")
+    __slots__ = ("env", "last_outcome", "run", "sim", "step")
 
     def __init__(self, sim: Simulation, run: Run, step: Step) -> None:
         self.sim = sim
         self.env = sim.env
         self.run = run
         self.step = step
+        self.last_outcome = ""  # outcome of this step's call that ended last
 
     @property
     def closed(self) -> bool:
@@ -292,10 +310,10 @@ class _StepRun:
         return self.run.deadline_at - self.env.now
 
     def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
-        return self.sim._call(self.run, self.step, attempt, plan)
+        return self.sim._call(self, attempt, plan)
 
     def start(self, attempt: int, plan: Attempt) -> simpy.Process:
-        return self.env.process(self.sim._call(self.run, self.step, attempt, plan))
+        return self.env.process(self.sim._call(self, attempt, plan))
 
     def cancel(self, process: simpy.Process) -> None:
         Simulation._cancel(self.run, process)

@@ -58,6 +58,7 @@ class Call:
     billed_output: int = 0
     cost: float = 0.0
     retry_after: float = math.nan  # a 429's Retry-After: seconds until the quota admits it
+    quota_tokens: int = 0  # tokens the provider's TPM quota took at admission (0 for a 429)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class Provider:
             call.queue = 0.0
             call.retry_after = self.quota.retry_after(env.now, tokens)
             return self._end(call, OUTCOME_RATE_LIMITED)
+        call.quota_tokens = tokens
         slot = self.slots.request()
         served_at = math.nan
         try:

@@ -86,12 +86,14 @@ def test_no_work_after_the_deadline(contract_run: sim.RunResult, contract: Scena
     deadline = contract.deadline_s
     req = contract_run.requests
     assert (req["latency_s"] <= deadline + 1e-9).all()
-    calls = contract_run.calls.merge(req[[*KEYS, "arrival_s", "latency_s", "ok"]], on=KEYS)
+    calls = contract_run.calls.merge(
+        req[[*KEYS, "arrival_s", "latency_s", "ok", "fail_reason"]], on=KEYS
+    )
     due = calls["arrival_s"] + deadline
     assert (calls["start_s"] <= due + 1e-9).all()
     assert (calls["end_s"] <= due + 1e-9).all()
     # requests that ran out of time end exactly at the deadline, their calls cancelled then
-    late = calls[np.isclose(calls["latency_s"], deadline)]
+    late = calls[calls["fail_reason"] == "deadline"]
     assert late["request_id"].nunique() > 10  # wait misses plenty of deadlines here
     at_deadline = late[np.isclose(late["end_s"], late["arrival_s"] + deadline)]
     assert (at_deadline["outcome"] == "cancelled").all()
@@ -101,8 +103,27 @@ def test_no_work_after_the_deadline(contract_run: sim.RunResult, contract: Scena
 
 
 def test_calls_end_at_or_before_their_request(contract_run: sim.RunResult) -> None:
-    calls = contract_run.calls.merge(contract_run.requests, on=KEYS)
-    assert (calls["end_s"] <= calls["arrival_s"] + calls["latency_s"] + 1e-9).all()
+    calls = contract_run.calls.merge(contract_run.requests, on=KEYS, suffixes=("", "_run"))
+    assert (calls["end_s"] <= calls["end_s_run"] + 1e-9).all()
+
+
+def test_a_failed_run_counts_at_the_deadline_and_says_why(
+    contract_run: sim.RunResult, contract: Scenario
+) -> None:
+    """No failure looks fast: every failed run's latency is the deadline; its real end, reason
+    and failing step are kept, and a successful run has neither reason nor step."""
+    req = contract_run.requests
+    failed, ok = req[~req["ok"]], req[req["ok"]]
+    assert len(failed) > 10
+    np.testing.assert_allclose(failed["latency_s"], contract.deadline_s)
+    assert (failed["end_s"] <= failed["arrival_s"] + contract.deadline_s + 1e-9).all()
+    early = failed[failed["fail_reason"] != "deadline"]
+    assert len(early) > 0  # errors and junk end some runs before their deadline
+    assert (early["end_s"] < early["arrival_s"] + contract.deadline_s).all()
+    assert set(early["fail_reason"]) <= {"error", "invalid", "timeout", "rate_limited"}
+    assert (failed["fail_step"].str.len() > 0).all()
+    assert (ok["fail_reason"] == "").all() and (ok["fail_step"] == "").all()
+    np.testing.assert_allclose(ok["latency_s"], ok["end_s"] - ok["arrival_s"])
 
 
 def test_at_most_one_answer_per_step(contract_run: sim.RunResult) -> None:
@@ -221,7 +242,9 @@ def test_failed_optional_step_with_a_required_downstream_fails_the_request() -> 
     result = simulate(scenario, "wait", bank)
     request = result.requests.iloc[0]
     assert not bool(request.ok)
-    assert request.latency_s == 1.0  # known lost at once, not at the deadline
+    assert request.end_s - request.arrival_s == 1.0  # known lost at once, not at the deadline
+    assert request.latency_s == scenario.deadline_s  # but it delivered nothing
+    assert (request.fail_reason, request.fail_step) == ("error", "b")
 
 
 def test_two_failed_optional_branches_sharing_an_optional_join() -> None:
@@ -250,7 +273,7 @@ def test_required_failure_ends_early_and_cancels_parallel_calls() -> None:
         ("b", 0, "p1", "big", 10.0, 11.5, "cancelled"),
     ]
     request = result.requests.iloc[0]
-    assert (bool(request.ok), request.latency_s) == (False, 1.5)
+    assert (bool(request.ok), request.end_s - request.arrival_s) == (False, 1.5)
     assert result.records.runs[0].active == set()
 
 
@@ -405,7 +428,8 @@ def test_frames_match_records() -> None:
     result = simulate(scenario, "wait", ScriptedBank({("a", 0): error()}), arrivals=[1.0])
     (run,) = result.records.runs
     assert (run.index, run.resend, run.calls, run.ok) == (0, 0, 1, False)
-    assert run.end - run.arrival == result.requests.iloc[0].latency_s == 1.0
+    row = result.requests.iloc[0]
+    assert run.end - run.arrival == row.end_s - row.arrival_s == 1.0
     assert list(result.calls.columns)[:5] == ["policy", "request_id", "resend", "step", "attempt"]
     assert result.calls.iloc[0].policy == "wait"
 

@@ -41,12 +41,16 @@ SECONDS = {"cut": {"s1": 3.0}, "hedge": {"s1": 2.0}, "hedge2": {"s1": 2.0}, "dow
 
 
 def run(policy: str, script: dict, arrival: float = 0.0) -> tuple[list[tuple], float, bool]:
-    """Timeline, request latency and success of one request under `policy`."""
+    """Timeline, time from arrival to the request's end, and success of one request under
+    `policy` (a failed request's `latency_s` is the deadline; its end is when it failed)."""
     result = simulate(
         SCENARIO, policy, ScriptedBank(script), [arrival], thresholds=SECONDS.get(policy)
     )
     request = result.requests.iloc[0]
-    return timeline(result.calls), float(request.latency_s), bool(request.ok)
+    ended = float(request.end_s - request.arrival_s)
+    if request.ok:
+        assert ended == float(request.latency_s)
+    return timeline(result.calls), ended, bool(request.ok)
 
 
 # ----------------------------------------------------------------------------- plans
