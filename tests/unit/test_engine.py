@@ -122,7 +122,8 @@ def test_a_failed_run_counts_at_the_deadline_and_says_why(
     assert (early["end_s"] < early["arrival_s"] + contract.deadline_s).all()
     assert set(early["fail_reason"]) <= {"error", "invalid", "timeout", "rate_limited"}
     assert (failed["fail_step"].str.len() > 0).all()
-    assert (ok["fail_reason"] == "").all() and (ok["fail_step"] == "").all()
+    assert (ok["fail_reason"] == "").all()
+    assert (ok["fail_step"] == "").all()
     np.testing.assert_allclose(ok["latency_s"], ok["end_s"] - ok["arrival_s"])
 
 
