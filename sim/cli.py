@@ -5,6 +5,7 @@ Bad input exits with code 2 and a message naming the file and key path, never a 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from rich.table import Table
 import sim
 from sim.config import Scenario
 from sim.errors import ScenarioError
+from sim.explain import breakdown_table, read_breakdown
 from sim.results import (
     FIGURE,
     SWEEP_FIGURE,
@@ -35,6 +37,8 @@ from sim.scenario import default_scenario_path, json_schema_text, load_scenario
 from sim.sweep import expand, run_sweep
 
 EXIT_BAD_INPUT = 2
+#: Exit code after Ctrl-C, as shells report a command killed by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False)
@@ -48,12 +52,21 @@ def main() -> None:
 
 @contextmanager
 def bad_input_exits() -> Iterator[None]:
-    """Turn a ScenarioError into a clear message on stderr and exit code 2."""
+    """Turn a ScenarioError into a clear message on stderr and exit code 2, and Ctrl-C into
+    exit code 130 (whatever was being written has been removed by then)."""
     try:
         yield
     except ScenarioError as exc:
         err.print("[bold red]error:[/] " + escape(exc.render()), soft_wrap=True)
         sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        err.print("interrupted: no results written", markup=False)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _policy_names(values: tuple[str, ...]) -> tuple[str, ...]:
+    """`--policy` values: repeated (`-p wait -p race`) or comma-separated (`-p wait,race`)."""
+    return tuple(name.strip() for value in values for name in value.split(",") if name.strip())
 
 
 def _simulation_options(default_out: str, figure: str) -> Callable[[Any], Any]:
@@ -76,7 +89,8 @@ def _simulation_options(default_out: str, figure: str) -> Callable[[Any], Any]:
                 "-p",
                 "policies",
                 multiple=True,
-                help="Run only this policy (repeatable).",
+                help="Run only these policies: repeat it (-p wait -p race) or separate names "
+                "with commas (-p wait,race).",
             ),
             click.option("--quiet", "-q", is_flag=True, help="Print no table or progress."),
             click.option("--no-plot", is_flag=True, help=f"Skip {figure}."),
@@ -97,6 +111,7 @@ def _load(scenario: Path | None) -> tuple[str, Scenario]:
 @main.command()
 @_simulation_options("results/<name>/<timestamp>/", FIGURE)
 @click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@click.option("--force", is_flag=True, help="Replace what --out holds (refused otherwise).")
 def run(
     scenario: Path | None,
     out_dir: Path | None,
@@ -105,21 +120,30 @@ def run(
     policies: tuple[str, ...],
     quiet: bool,
     no_plot: bool,
+    force: bool,
 ) -> None:
     """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them."""
+    policies = _policy_names(policies)
     with bad_input_exits():
         source, spec = _load(scenario)
         folder = out_dir if out_dir is not None else default_folder(spec.name)
-        check_writable(folder)
+        check_writable(folder, overwrite=force or out_dir is None)  # before any work
         n = requests or spec.requests
-        names = chosen_policies(spec, policies)  # unknown names stop here, before any work
+        names = chosen_policies(spec, policies, "--policy")  # unknown names stop here
         with _progress(names, n, quiet) as tick:
-            result = sim.run(
-                spec, requests=requests, seed=seed, policies=policies or None, progress=tick
-            )
-        write_results(result, folder, source, sim.__version__, figures=not no_plot)
+            result = sim.run(spec, requests=requests, seed=seed, policies=names, progress=tick)
+        folder = write_results(
+            result,
+            folder,
+            source,
+            sim.__version__,
+            figures=not no_plot,
+            overwrite=force,
+            unique=out_dir is None,
+        )
     if not quiet:
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
+        out.print(breakdown_table(result.breakdown))
         out.print(
             f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet"
             + ("" if no_plot else f", {FIGURE}")
@@ -146,7 +170,8 @@ def sweep(
                 source,
                 [("sweep", "missing: add `sweep: {grid: {key.path: [values]}, replications: N}`")],
             )
-        chosen_policies(spec, policies)  # unknown names stop here, before any work
+        policies = _policy_names(policies)
+        chosen_policies(spec, policies, "--policy")  # unknown names stop here, before any work
         total = len(expand(spec))  # checks every grid key and value before any work
         folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="sweep-")
         check_writable(folder)
@@ -230,6 +255,19 @@ def plot(folder: Path) -> None:
 
 
 @main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+def explain(folder: Path) -> None:
+    """Print, from the result files of a `tailsim run` in FOLDER, the comparison and why each
+    policy did as it did (failures by reason and step, load per provider)."""
+    with bad_input_exits():
+        tables = read_result_tables(folder)
+        reasons = read_breakdown(folder)
+        seed = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("seed", "?")
+    out.print(summary_table(tables.summary, tables.deadline_s, seed))
+    out.print(breakdown_table(reasons))
+
+
+@main.command()
 def schema() -> None:
     """Print the JSON Schema of the scenario format (for editors)."""
     click.echo(json_schema_text())
@@ -267,13 +305,14 @@ def _progress(names: list[str], n: int, quiet: bool) -> Iterator[Callable[[str, 
 def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
     """The policies side by side, as a person reads them."""
     table = Table(
-        title=f"deadline {deadline_s:g} s, seed {seed}: percentiles above the miss "
-        "rate sit at the deadline",
+        title=f"deadline {deadline_s:g} s, seed {seed}: a run that failed (early or late) counts "
+        "at the deadline in p50/p95/p99",
         title_justify="left",
     )
     headers: list[tuple[str, str]] = [
         ("policy", "left"),
-        ("hit rate [95% CI]", "right"),
+        ("hit rate per run [95% CI]", "right"),
+        ("customers served", "right"),
         ("p50 s", "right"),
         ("p95 s", "right"),
         ("p99 s", "right"),
@@ -290,6 +329,7 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
         table.add_row(
             str(row["policy"]),
             f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]",
+            f"{row['customer_success_rate']:.1%}",
             _num(row["p50_s"], 1),
             _num(row["p95_s"], 1),
             _num(row["p99_s"], 1),

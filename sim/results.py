@@ -1,7 +1,9 @@
-"""Writing a run's results to a folder, all or nothing.
+"""Writing a run's results to a folder, all or nothing, never over another run's.
 
 Files are written into a hidden temporary folder beside the target and renamed into place at the
-end, so an interrupted or failed run never leaves a half-written results folder.
+end, so an interrupted or failed run never leaves a half-written results folder. A default
+folder is claimed with an exclusive `mkdir` (a suffix if taken), so two runs started in the same
+second get two folders; a user's `--out` that holds anything is replaced only with `--force`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ FIGURE = "figures/policies.png"
 SWEEP_FIGURE = "figures/sweep.png"
 RESULT_FILES = (
     "summary.csv",
+    "breakdown.csv",
     "requests.parquet",
     "calls.parquet",
     "scenario.resolved.yaml",
@@ -38,41 +41,66 @@ RESULT_FILES = (
 
 
 def default_folder(scenario_name: str, root: Path = Path("results"), prefix: str = "") -> Path:
-    """results/<name>/<prefix><UTC timestamp>/, with a suffix if that folder already exists."""
+    """results/<name>/<prefix><UTC timestamp>/: a name only; `claim_folder` makes it unique."""
     stamp = prefix + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    folder = root / scenario_name / stamp
-    suffix = 1
-    while folder.exists():
-        suffix += 1
-        folder = root / scenario_name / f"{stamp}-{suffix}"
-    return folder
+    return root / scenario_name / stamp
 
 
-def check_writable(folder: Path) -> None:
-    """Refuse, before any work, a target that cannot hold results: an existing file or foreign
-    folder, or a path below a file."""
-    if folder.exists() and (
-        not folder.is_dir() or (any(folder.iterdir()) and not (folder / "run.json").exists())
-    ):
-        raise ScenarioError(
-            str(folder),
-            [("", "exists and is not a tailsim results folder; choose another --out")],
-        )
-    for parent in folder.absolute().parents:
+def claim_folder(folder: Path) -> Path:
+    """Create `folder` (or `folder-2`, `-3`, ... if taken) with an exclusive mkdir and return
+    it, empty: no other run, even one started in the same second, can claim the same one."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        candidate, suffix = folder, 1
+        while True:
+            try:
+                candidate.mkdir(mode=0o777)
+                return candidate
+            except FileExistsError:
+                suffix += 1
+                candidate = folder.with_name(f"{folder.name}-{suffix}")
+    except OSError as exc:
+        raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
+
+
+def check_writable(folder: Path, overwrite: bool = False) -> None:
+    """Refuse, before any work, a target that cannot hold results: a file, a folder that already
+    holds something (unless `overwrite`), a path below a file, or a place we may not write."""
+    if folder.exists():
+        if not folder.is_dir():
+            raise ScenarioError(str(folder), [("", "exists and is a file; choose another --out")])
+        if not overwrite and any(folder.iterdir()):
+            raise ScenarioError(
+                str(folder),
+                [("", "exists and is not empty; choose another --out, or --force to replace it")],
+            )
+    for parent in [folder, *folder.absolute().parents]:
         if parent.exists():
             if not parent.is_dir():
                 raise ScenarioError(str(folder), [("", f"cannot be created: {parent} is a file")])
+            _probe_writable(parent, folder)
             break
 
 
+def _probe_writable(existing: Path, folder: Path) -> None:
+    """Create and remove a hidden folder in `existing`: the only test that also holds for root
+    on a read-only file system."""
+    try:
+        Path(tempfile.mkdtemp(prefix=".tailsim-probe-", dir=existing)).rmdir()
+    except OSError as exc:
+        raise ScenarioError(str(folder), [("", f"cannot write results there: {exc}")]) from None
+
+
 @contextmanager
-def staged(folder: Path) -> Iterator[Path]:
-    """Yield a hidden staging folder beside `folder`; on success it becomes `folder`, on any
-    failure it is removed (an OSError becomes a ScenarioError naming the folder)."""
-    check_writable(folder)
+def staged(folder: Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a hidden staging folder beside `folder`; on success it becomes `folder` (replacing
+    what was there only if `overwrite` or it is empty), on any failure or interrupt it is removed
+    (an OSError becomes a ScenarioError naming the folder)."""
+    check_writable(folder, overwrite)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+        staging.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; results get normal permissions
     except OSError as exc:
         raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
     try:
@@ -85,13 +113,43 @@ def staged(folder: Path) -> Iterator[Path]:
         raise
 
 
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_results(
-    result: RunResult, folder: Path, source: str, version: str, figures: bool = True
+    result: RunResult,
+    folder: Path,
+    source: str,
+    version: str,
+    figures: bool = True,
+    *,
+    overwrite: bool = False,
+    unique: bool = False,
 ) -> Path:
     """Write every result file of `result` (and, with `figures`, figures/policies.png) to
-    `folder` atomically and return the folder."""
-    with staged(folder) as staging:
+    `folder` atomically and return the folder written. With `unique`, `folder` is a default
+    name: a free variant of it is claimed (see `claim_folder`)."""
+    claimed = claim_folder(folder) if unique else None
+    folder = claimed or folder
+    try:
+        _write_run_files(result, folder, source, version, figures, overwrite or unique)
+    except BaseException:
+        if claimed is not None and claimed.is_dir() and not any(claimed.iterdir()):
+            claimed.rmdir()  # nothing of ours is left behind on failure or Ctrl-C
+        raise
+    return folder
+
+
+def _write_run_files(
+    result: RunResult, folder: Path, source: str, version: str, figures: bool, overwrite: bool
+) -> None:
+    with staged(folder, overwrite) as staging:
         result.summary.to_csv(staging / "summary.csv", index=False)
+        result.breakdown.to_csv(staging / "breakdown.csv", index=False)
         result.requests.to_parquet(staging / "requests.parquet", index=False)
         result.calls.to_parquet(staging / "calls.parquet", index=False)
         (staging / "scenario.resolved.yaml").write_text(resolved_yaml(result), encoding="utf-8")
@@ -107,7 +165,6 @@ def write_results(
                 title=f"{result.scenario.name}: {result.requests_count} requests, "
                 f"seed {result.seed}",
             )
-    return folder
 
 
 def write_sweep_results(
@@ -119,7 +176,7 @@ def write_sweep_results(
     figures: bool = True,
 ) -> Path:
     """Write a sweep's stacked summary and runs (and figures/sweep.png) to `folder` atomically."""
-    with staged(folder) as staging:
+    with staged(folder, overwrite=True) as staging:
         sweep.summary.to_csv(staging / "summary.csv", index=False)
         sweep.requests.to_parquet(staging / "requests.parquet", index=False)
         data = scenario.model_dump(mode="json", exclude_none=True)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from sim.arrivals import arrival_times
+from sim.breakdown import breakdown, provider_limits
+from sim.capacity import check_fits
 from sim.config import Scenario
 from sim.engine import Simulation, serving_latencies
 from sim.errors import ScenarioError
@@ -37,15 +39,25 @@ class RunResult:
     calls: pd.DataFrame
     wall_s: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def breakdown(self) -> pd.DataFrame:
+        """Why each policy did as it did: failures by reason and step, load per provider."""
+        return breakdown(self.requests, self.calls, provider_limits(self.scenario.providers))
 
-def chosen_policies(scenario: Scenario, policies: Sequence[str] | None) -> list[str]:
-    """The policies to run, each once, in the order given (all of the scenario's by default)."""
+
+def chosen_policies(
+    scenario: Scenario, policies: Sequence[str] | None, argument: str = "policies="
+) -> list[str]:
+    """The policies to run, each once, in the order given (all of the scenario's by default);
+    an unknown name is reported against `argument` (the caller's spelling of the option)."""
+    if isinstance(policies, str):
+        policies = [policies]
     names = list(dict.fromkeys(policies)) if policies else list(scenario.policies)
     unknown = [p for p in names if p not in scenario.policies]
     if unknown:
         known = ", ".join(scenario.policies)
         raise ScenarioError(
-            "--policy", [("", f"unknown policy {unknown[0]!r} in {scenario.name} (known: {known})")]
+            argument, [("", f"unknown policy {unknown[0]!r} in {scenario.name} (known: {known})")]
         )
     return names
 
@@ -67,6 +79,7 @@ def run(
         raise ScenarioError(scenario.name, [("requests", f"must be >= 1, got {n}")])
     seed = scenario.seed if seed is None else seed
     names = chosen_policies(scenario, policies)
+    check_fits(scenario, n, names)
 
     started = time.perf_counter()
     thresholds = resolve_thresholds(scenario, seed)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -327,7 +329,7 @@ def test_out_on_something_else_exits_2_and_leaves_it(
     result = cli("run", contract_path, "-n", "50", "--out", target)
     assert_exit(result, 2)
     assert str(target) in result.stderr
-    assert "not a tailsim results folder" in result.stderr
+    assert "choose another --out" in result.stderr
     assert _snapshot(tmp_path) == before
 
 
@@ -343,13 +345,134 @@ def test_out_below_a_file_exits_2(tmp_path: Path, contract_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("workdir")
-def test_out_on_earlier_results_replaces_them(tmp_path: Path, contract_path: Path) -> None:
+def test_out_on_earlier_results_is_refused_then_replaced_with_force(
+    tmp_path: Path, contract_path: Path
+) -> None:
     out = tmp_path / "out"
     assert_exit(cli("run", contract_path, "-n", "50", "-p", "wait", "-q", "--out", out), 0)
-    assert_exit(cli("run", contract_path, "-n", "60", "-p", "cut", "-q", "--out", out), 0)
+    before = _snapshot(out)
+    refused = cli("run", contract_path, "-n", "60", "-p", "cut", "-q", "--out", out)
+    assert_exit(refused, 2)
+    assert "--force" in refused.stderr
+    assert _snapshot(out) == before
+    forced = cli("run", contract_path, "-n", "60", "-p", "cut", "-q", "--out", out, "--force")
+    assert_exit(forced, 0)
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["policy"]) == ["cut"]
     assert list(summary["requests"]) == [60]
+
+
+def test_two_runs_started_in_the_same_second_write_two_folders(
+    tmp_path: Path, contract_path: Path
+) -> None:
+    """Two processes racing for the same default folder name: both finish, neither is lost."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    command = [*tailsim_command(), "run", str(contract_path), "-n", "300", "-p", "wait,cut"]
+    procs = [
+        subprocess.Popen(
+            command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    printed = [re.search(r"results: (\S+)/ ", stdout).group(1) for stdout, _ in outputs]
+    assert printed[0] != printed[1]
+    folders = sorted((cwd / "results" / "ten-step").iterdir())
+    assert len(folders) == 2
+    for folder in folders:
+        assert (folder / "summary.csv").is_file()
+        assert oct(folder.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_unwritable_out_exits_2_before_any_work(tmp_path: Path, contract_path: Path) -> None:
+    """A read-only place (even for root: /proc) is refused at once, not after the simulation."""
+    started = time.perf_counter()
+    proc = run_process(
+        "run", str(contract_path), "-n", "2000000", "--out", "/proc/tailsim-out", cwd=tmp_path
+    )
+    took = time.perf_counter() - started
+    assert proc.returncode == 2, proc.stderr
+    assert "/proc/tailsim-out" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert took < 10  # a 2M-request run would take minutes; the check comes first (~1 s)
+
+
+def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path: Path, contract_path: Path) -> None:
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    proc = subprocess.Popen(
+        [*tailsim_command(), "run", str(contract_path), "-n", "300000", "-p", "race"],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)  # well into the simulation (the run takes minutes)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted" in stderr
+    assert list(cwd.rglob("*")) in (
+        [],
+        [cwd / "results"],
+        [cwd / "results", cwd / "results/ten-step"],
+    )
+    assert not [p for p in cwd.rglob("*") if p.is_file()]
+
+
+def test_a_run_too_big_for_memory_stops_at_once_with_the_estimate(
+    tmp_path: Path, contract_path: Path
+) -> None:
+    started = time.perf_counter()
+    proc = run_process("run", str(contract_path), "-n", "2000000000", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert time.perf_counter() - started < 10
+    assert "GiB" in proc.stderr
+    assert "--policy" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("workdir")
+def test_policies_by_comma_and_repeated(tmp_path: Path, contract_path: Path) -> None:
+    out = tmp_path / "o"
+    result = cli("run", contract_path, "-n", "40", "-p", "race,wait", "-p", "cut", "--out", out)
+    assert_exit(result, 0)
+    assert list(pd.read_csv(out / "summary.csv")["policy"]) == ["race", "wait", "cut"]
+
+
+@pytest.mark.usefixtures("workdir")
+def test_run_prints_why_and_explain_prints_it_again(tmp_path: Path, contract_path: Path) -> None:
+    out = tmp_path / "o"
+    result = cli("run", contract_path, "-n", "200", "-p", "wait", "--out", out)
+    assert_exit(result, 0)
+    assert "why:" in result.stdout
+    assert "customers served" in result.stdout
+    assert "$/success" in result.stdout
+    breakdown = pd.read_csv(out / "breakdown.csv")
+    assert set(breakdown["section"]) == {"failure", "provider"}
+    again = cli("explain", out)
+    assert_exit(again, 0)
+    assert "why:" in again.stdout
+    assert "deadline at s" in again.stdout
+    (out / "breakdown.csv").unlink()  # an older folder: recomputed from the tables
+    recomputed = cli("explain", out)
+    assert_exit(recomputed, 0)
+    assert recomputed.stdout == again.stdout
+
+
+def test_explain_on_a_folder_that_is_not_a_run_exits_2(tmp_path: Path) -> None:
+    result = cli("explain", tmp_path)
+    assert_exit(result, 2)
+    assert "not a tailsim results folder" in result.stderr
 
 
 def test_failed_write_leaves_no_partial_folder(

@@ -19,6 +19,7 @@ from sim.results import (
     FIGURE,
     RESULT_FILES,
     check_writable,
+    claim_folder,
     default_folder,
     resolved_yaml,
     run_metadata,
@@ -66,9 +67,9 @@ def test_default_folder_never_reuses_an_existing_folder(
     monkeypatch.setattr(sim.results, "datetime", _FrozenClock)
     names = []
     for _ in range(3):
-        folder = default_folder("demo", root=tmp_path)
-        assert not folder.exists()
-        folder.mkdir(parents=True)
+        folder = claim_folder(default_folder("demo", root=tmp_path))
+        assert folder.is_dir()
+        assert list(folder.iterdir()) == []
         names.append(folder.name)
     assert names == ["20250102T030405Z", "20250102T030405Z-2", "20250102T030405Z-3"]
 
@@ -81,15 +82,21 @@ def test_default_folder_never_reuses_an_existing_folder(
     [
         pytest.param(lambda p: None, id="absent"),
         pytest.param(lambda p: p.mkdir(), id="empty-folder"),
-        pytest.param(
-            lambda p: (p.mkdir(), (p / "run.json").write_text("{}")), id="earlier-results"
-        ),
     ],
 )
 def test_check_writable_accepts(tmp_path: Path, make: Any) -> None:
     target = tmp_path / "out"
     make(target)
     check_writable(target)
+
+
+def test_check_writable_replaces_earlier_results_only_when_asked(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "run.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ScenarioError, match="--force"):
+        check_writable(target)
+    check_writable(target, overwrite=True)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +148,7 @@ def test_write_results_replaces_an_earlier_results_folder(
     target.mkdir()
     (target / "run.json").write_text("{}", encoding="utf-8")
     (target / "old.png").write_bytes(b"old")
-    write_results(small_run, target, "s.yaml", "0")
+    write_results(small_run, target, "s.yaml", "0", overwrite=True)
     assert sorted(p.name for p in target.iterdir()) == sorted([*RESULT_FILES, "figures"])
 
 
@@ -181,7 +188,7 @@ def test_failed_write_leaves_no_partial_folder(
     # an OSError becomes a clean ScenarioError (exit 2 in the CLI); other errors pass through
     expected = ScenarioError if isinstance(error, OSError) else type(error)
     with pytest.raises(expected):
-        write_results(small_run, target, "s.yaml", "0")
+        write_results(small_run, target, "s.yaml", "0", overwrite=earlier)
     leftovers = [p.name for p in target.parent.iterdir() if p.name != "run1"]
     assert leftovers == [], f"staging left behind: {leftovers}"
     assert target.exists() == earlier
