@@ -170,9 +170,12 @@ class Provider:
         """
         env = self.env
         charge = call.reserved if self.reserve else call.output_tokens
-        if not self.limited:
-            call.quota_tokens = call.input_tokens + charge
-        elif not self.admit(call, charge):
+        tokens = call.input_tokens + charge
+        if not self.limited or (
+            not self.model_quotas and self.quota.admit(env.now, tokens, call.input_tokens)
+        ):
+            call.quota_tokens = tokens
+        elif not self.admit(call, charge):  # per-model quotas, or a 429 (Retry-After set)
             call.queue = 0.0
             return self._end(call, OUTCOME_RATE_LIMITED)
         slot = self.slots.request()
