@@ -136,6 +136,91 @@ class StallSpec(Spec):
     extra_s: DistSpec
 
 
+class BackoffSpec(Spec):
+    """A client's wait before retry k (k = 1, 2, ...): `base_s * multiplier**(k-1)`, capped at
+    `max_s`, jittered; a 429's Retry-After is honoured instead when it is at most
+    `retry_after_max_s` (as the OpenAI and Anthropic SDKs do)."""
+
+    base_s: NonNegativeFloat = Field(default=0.5, description="wait before the first retry, s")
+    max_s: NonNegativeFloat = Field(default=8.0, description="longest backoff wait, s")
+    multiplier: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 2.0
+    jitter: Literal["none", "full", "equal"] = Field(
+        default="full",
+        description="none: the wait itself; full: uniform in [0, wait]; equal: wait/2 + "
+        "uniform in [0, wait/2]",
+    )
+    honour_retry_after: bool = Field(
+        default=True, description="after a 429, wait its Retry-After (if within the cap)"
+    )
+    retry_after_max_s: NonNegativeFloat = Field(
+        default=60.0, description="a longer Retry-After is ignored (the backoff wait is used)"
+    )
+
+    @model_validator(mode="after")
+    def _base_within_max(self) -> BackoffSpec:
+        if self.base_s > self.max_s:
+            raise FieldError(
+                ("max_s",), f"must be at least base_s ({self.base_s:g}), got {self.max_s:g}"
+            )
+        return self
+
+
+class SdkSpec(Spec):
+    """Retries the provider's client library makes on its own, below the policy: each is a call
+    (429s and hard errors are retried; junk answers look like success to an SDK)."""
+
+    retries: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="extra calls the SDK makes after a 429 or hard error"
+    )
+    backoff: BackoffSpec = BackoffSpec()
+
+
+class SlowdownSpec(Spec):
+    """Load-dependent latency: first token and generation are stretched by
+    `1 + a * utilisation**k`, utilisation = busy slots / concurrency when the call is served."""
+
+    a: NonNegativeFloat = Field(default=1.0, description="extra time at full utilisation (x(1+a))")
+    k: PositiveFloat = Field(default=2.0, description="how late the curve rises (higher = later)")
+
+
+class EpisodesSpec(Spec):
+    """Bad spells of one provider: they start on average every `every_s` seconds (start to
+    start) and last Exp(`last_s`); a call served during one is `slowdown` times slower and fails
+    with an extra hard error with probability `error_rate`."""
+
+    every_s: PositiveFloat = Field(description="mean time from one spell's start to the next, s")
+    last_s: PositiveFloat = Field(description="mean length of a spell, s")
+    slowdown: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
+    error_rate: Probability = 0.0
+
+    @model_validator(mode="after")
+    def _spells_fit(self) -> EpisodesSpec:
+        if not self.last_s < self.every_s:
+            raise FieldError(
+                ("last_s",), f"must be below every_s ({self.every_s:g}), got {self.last_s:g}"
+            )
+        return self
+
+
+class DifficultySpec(Spec):
+    """A per-request factor on first token and generation, the same for every attempt of the
+    request (lognormal with this median and 99th percentile)."""
+
+    median: PositiveFloat = 1.0
+    p99: PositiveFloat = Field(description="99th percentile of the factor (> median)")
+
+    @model_validator(mode="after")
+    def _p99_above_median(self) -> DifficultySpec:
+        if not self.p99 > self.median:
+            raise FieldError(
+                ("p99",), f"must be greater than median ({self.median:g}), got {self.p99:g}"
+            )
+        return self
+
+
+QuotaLimit = Annotated[int, Field(ge=1)] | None
+
+
 class ServingSpec(Spec):
     """How one provider serves one model: latency, stalls, errors and junk answers."""
 
@@ -144,6 +229,10 @@ class ServingSpec(Spec):
     stall: StallSpec | None = None
     error_rate: Annotated[float, Field(ge=0, lt=1)] = 0.0
     invalid_rate: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    tpm: QuotaLimit = Field(default=None, description="this model's own tokens per minute")
+    rpm: QuotaLimit = Field(default=None, description="this model's own requests per minute")
+    input_tpm: QuotaLimit = Field(default=None, description="this model's input tokens/minute")
+    output_tpm: QuotaLimit = Field(default=None, description="this model's output tokens/minute")
 
     @model_validator(mode="after")
     def _rates_sum_below_one(self) -> ServingSpec:
@@ -166,6 +255,32 @@ class ProviderSpec(Spec):
     rpm: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="requests per minute, shared; none = unlimited"
     )
+    input_tpm: QuotaLimit = Field(default=None, description="input tokens per minute, shared")
+    output_tpm: QuotaLimit = Field(default=None, description="output tokens per minute, shared")
+    charge: Literal["output", "max_tokens"] = Field(
+        default="output",
+        description="what admission takes for the answer: its output tokens, or the step's "
+        "max_tokens reserved (never refunded)",
+    )
+    window: Literal["bucket", "minute"] = Field(
+        default="bucket",
+        description="bucket: refills continuously at limit/60 per second; minute: what was "
+        "admitted in the last 60 s must stay within the limit",
+    )
+    start: Literal["full", "steady"] = Field(
+        default="full",
+        description="full: a whole minute's quota at t=0; steady: as if the last minute used "
+        "it all (bucket empty, window full)",
+    )
+    retry_after: Literal["exact", "seconds", "window"] = Field(
+        default="seconds",
+        description="a 429's Retry-After: exact time until admitted; seconds: that rounded up "
+        "to whole seconds, at least 1 (HTTP Retry-After); window: time until the quota is whole "
+        "again",
+    )
+    sdk: SdkSpec = SdkSpec()
+    slowdown: SlowdownSpec | None = None
+    episodes: EpisodesSpec | None = None
     serves: Annotated[dict[Name, ServingSpec], Field(min_length=1)]
 
 
@@ -190,11 +305,30 @@ class StepSpec(Spec):
     model: Name
     input_tokens: Annotated[int, Field(ge=0)] = 1000
     output_tokens: Annotated[int, Field(ge=1)] = 200
+    max_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="the answer's token cap sent with the call (default: output_tokens); "
+        "reserved at admission by providers with charge: max_tokens",
+    )
     after: list[Name] = Field(default_factory=list)
     required: bool = True
     provider: Name | None = Field(
         default=None, description="default: the first provider (in file order) serving the model"
     )
+
+    @model_validator(mode="after")
+    def _max_tokens_cover_output(self) -> StepSpec:
+        if self.max_tokens is not None and self.max_tokens < self.output_tokens:
+            raise FieldError(
+                ("max_tokens",),
+                f"must be at least output_tokens ({self.output_tokens}), got {self.max_tokens}",
+            )
+        return self
+
+    @property
+    def reserved_output(self) -> int:
+        """The answer's token cap: `max_tokens`, else `output_tokens`."""
+        return self.max_tokens if self.max_tokens is not None else self.output_tokens
 
 
 class WorkflowSpec(Spec):
@@ -212,6 +346,9 @@ class WaitPolicy(Spec):
     providers: list[Name] | None = Field(
         default=None, description="attempt k runs on providers[k mod n]; default: the step's"
     )
+    backoff: BackoffSpec | None = Field(
+        default=None, description="wait between retries; none: only a 429's Retry-After"
+    )
 
 
 class CutPolicy(Spec):
@@ -221,6 +358,9 @@ class CutPolicy(Spec):
     cutoff: Threshold
     retries: Annotated[int, Field(ge=0)] = 1
     providers: list[Name] | None = None
+    backoff: BackoffSpec | None = Field(
+        default=None, description="wait between retries; none: only a 429's Retry-After"
+    )
 
 
 class RacePolicy(Spec):
@@ -233,6 +373,9 @@ class RacePolicy(Spec):
         default=0, description="whole new races after every attempt of one failed"
     )
     timeout_s: PositiveFloat | None = None
+    backoff: BackoffSpec | None = Field(
+        default=None, description="wait between retries; none: only a 429's Retry-After"
+    )
 
 
 class HedgePolicy(Spec):
@@ -256,6 +399,9 @@ class DownshiftPolicy(Spec):
     to: Name
     retries: Annotated[int, Field(ge=1)] = Field(default=1, description="attempts on `to`")
     providers: list[Name] | None = None
+    backoff: BackoffSpec | None = Field(
+        default=None, description="wait between retries; none: only a 429's Retry-After"
+    )
 
 
 PolicySpec = Annotated[
@@ -304,6 +450,9 @@ class CustomerRetrySpec(Spec):
     probability: Probability = 0.0
     max: Annotated[int, Field(ge=0)] = 0
     delay_s: NonNegativeFloat = 5.0
+    backoff: BackoffSpec | None = Field(
+        default=None, description="re-send k waits this backoff's k-th wait instead of delay_s"
+    )
 
 
 class CustomersSpec(Spec):
@@ -343,6 +492,10 @@ class Scenario(Spec):
     seed: Annotated[int, Field(ge=0)] = 0
     deadline_s: PositiveFloat = 120.0
     requests: Annotated[int, Field(ge=1)] = 1000
+    warmup_s: NonNegativeFloat = Field(
+        default=0.0, description="requests arriving before this run but are left out of the summary"
+    )
+    difficulty: DifficultySpec | None = None
     arrivals: ArrivalsSpec = ArrivalsSpec()
     customers: CustomersSpec = CustomersSpec()
     models: Annotated[dict[Name, ModelSpec], Field(min_length=1)]
@@ -491,22 +644,48 @@ def _policy_problems(
 def _quota_problems(
     providers: dict[str, dict[str, Any]], steps: list[dict[str, Any]]
 ) -> list[tuple[Path, str]]:
-    sizes = [
-        s.get("input_tokens", 1000) + s.get("output_tokens", 200)
-        for s in steps
-        if isinstance(s.get("input_tokens", 0), int) and isinstance(s.get("output_tokens", 0), int)
-    ]
-    biggest = max(sizes, default=0)
+    """Token quotas (provider-wide or per model) too small to ever admit one call."""
+
+    def number(value: Any, default: int) -> int | None:
+        if value is None:
+            return default
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     problems: list[tuple[Path, str]] = []
     for pname, spec in providers.items():
-        tpm = spec.get("tpm")
-        if isinstance(tpm, int) and not isinstance(tpm, bool) and 0 < tpm < biggest:
-            problems.append(
-                (
-                    ("providers", pname, "tpm"),
-                    f"must be at least one call's tokens ({biggest}), or no call is ever admitted",
-                )
-            )
+        reserve = spec.get("charge") == "max_tokens"
+        needs: dict[str, list[tuple[str, int, int]]] = {}
+        for s in steps:
+            inp, out = number(s.get("input_tokens"), 1000), number(s.get("output_tokens"), 200)
+            if inp is None or out is None:
+                continue
+            if reserve:
+                out = number(s.get("max_tokens"), out) or out
+            needs.setdefault(str(s.get("model")), []).append((str(s.get("model")), inp, out))
+        served = _mapping(spec.get("serves"))
+        scopes: list[tuple[Path, dict[str, Any], list[tuple[str, int, int]]]] = [
+            (("providers", pname), spec, [n for m in served for n in needs.get(m, [])])
+        ]
+        scopes += [
+            (("providers", pname, "serves", m), _mapping(served[m]), needs.get(m, []))
+            for m in served
+        ]
+        for where, limits, calls in scopes:
+            for key, size in (
+                ("tpm", lambda c: c[1] + c[2]),
+                ("input_tpm", lambda c: c[1]),
+                ("output_tpm", lambda c: c[2]),
+            ):
+                limit = limits.get(key)
+                biggest = max((size(c) for c in calls), default=0)
+                if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < biggest:
+                    problems.append(
+                        (
+                            (*where, key),
+                            f"must be at least one call's tokens ({biggest}), "
+                            "or no call is ever admitted",
+                        )
+                    )
     return problems
 
 

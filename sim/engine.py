@@ -16,10 +16,19 @@ from typing import Any
 import numpy as np
 import simpy
 
+from sim.backoff import retry_wait
+from sim.conditions import difficulty_factors
 from sim.config import Scenario
 from sim.latency import CallLatency
 from sim.policies import Attempt, Policy
-from sim.provider import OUTCOME_CANCELLED, Call, Provider, Serving
+from sim.provider import (
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_RATE_LIMITED,
+    Call,
+    Provider,
+    Serving,
+)
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Step, Workflow
 
@@ -121,9 +130,15 @@ class Simulation:
                     for model in spec.serves
                 },
                 scenario.billing.cancelled,
+                streams.generator("episodes", name) if spec.episodes is not None else None,
             )
             for name, spec in scenario.providers.items()
         }
+        #: Per-request difficulty factors (None: off), one stream for every policy.
+        self.difficulty = None
+        if scenario.difficulty is not None:
+            rng = streams.generator("difficulty")
+            self.difficulty = difficulty_factors(scenario.difficulty, rng, bank.n_requests)
         self.runs: list[Run] = []
         self.calls: list[Call] = []
         retry = scenario.customers.retry
@@ -188,9 +203,11 @@ class Simulation:
             self._resend_uniforms[run.resend] = u
         if u[run.index] < retry.probability:
             index, resend = run.index, run.resend + 1
-            self.env.timeout(retry.delay_s).callbacks.append(
-                lambda _: self._start_run(index, resend)
-            )
+            delay = retry.delay_s
+            if retry.backoff is not None:
+                jitter = self.bank.uniform(index, "customer-backoff", resend)
+                delay = retry_wait(retry.backoff, resend, jitter)
+            self.env.timeout(delay).callbacks.append(lambda _: self._start_run(index, resend))
 
     # ------------------------------------------------------------------ steps
 
@@ -240,45 +257,115 @@ class Simulation:
     def _call(
         self, handle: _StepRun, attempt: int, plan: Attempt
     ) -> Generator[simpy.Event, Any, Call | None]:
-        """One attempt: draw its latency (common random numbers), live it on its provider."""
-        run, step = handle.run, handle.step
+        """One policy attempt: a call on its provider, then the SDK's own retries, if any."""
+        run = handle.run
         if run.closed:
             return None
-        env = self.env
         provider = self.providers[plan.provider]
+        call, args = self._prepare(run, handle.step, provider, attempt, plan, 0)
+        process = self.env.active_process
+        run.active.add(process)
+        try:
+            yield from provider.call(call, *args, plan.give_up_after)
+            run.calls += 1  # as `_record`, written out on the hot path
+            run.cost += call.cost
+            run.tokens += call.billed_input + call.billed_output
+            self.calls.append(call)
+            if provider.sdk_retries:
+                call = yield from self._sdk_retries(handle, provider, attempt, plan, call)
+        finally:
+            run.active.discard(process)
+        handle.last_outcome = call.outcome
+        return call
+
+    def _prepare(
+        self, run: Run, step: Step, provider: Provider, attempt: int, plan: Attempt, sdk: int
+    ) -> tuple[Call, tuple[float, float, float, int]]:
+        """A call about to be sent and its draws (common random numbers): first token,
+        generation (times the request's difficulty), stall, drawn outcome."""
         latency = self.latencies[(plan.provider, plan.model)]
-        draws = self.bank.draws(
-            step.id, attempt, run.resend, (plan.provider, plan.model), latency, step.output_tokens
+        draws = (
+            self.bank.draws(
+                step.id,
+                attempt,
+                run.resend,
+                (plan.provider, plan.model),
+                latency,
+                step.output_tokens,
+            )
+            if sdk == 0
+            else self.bank.draws(
+                step.id,
+                attempt,
+                run.resend,
+                (plan.provider, plan.model),
+                latency,
+                step.output_tokens,
+                sdk,
+            )
         )
         i = run.index
+        ttft, generation = draws.ttft[i], draws.generation[i]
+        if self.difficulty is not None:
+            ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
         call = Call(
             run,
             step.id,
             attempt,
             plan.provider,
             plan.model,
-            env.now,
+            self.env.now,
             step.input_tokens,
             step.output_tokens,
+            reserved=step.reserved_output,
         )
-        process = env.active_process
-        run.active.add(process)
-        try:
-            yield from provider.call(
-                call,
-                draws.ttft[i],
-                draws.generation[i],
-                draws.stall[i],
-                draws.outcome[i],
-                plan.give_up_after,
-            )
-        finally:
-            run.active.discard(process)
-        handle.last_outcome = call.outcome
+        if sdk:
+            call.sdk_retry = sdk
+        if provider.spell_error_rate > 0:
+            call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, run.resend, sdk)
+        return call, (ttft, generation, draws.stall[i], draws.outcome[i])
+
+    def _record(self, run: Run, call: Call) -> None:
+        """Add an ended call to its run's totals and to the records."""
         run.calls += 1
         run.cost += call.cost
         run.tokens += call.billed_input + call.billed_output
         self.calls.append(call)
+
+    def _sdk_retries(
+        self, handle: _StepRun, provider: Provider, attempt: int, plan: Attempt, call: Call
+    ) -> Generator[simpy.Event, Any, Call]:
+        """The SDK's hidden retries inside one policy attempt: after a 429 or a hard error it
+        waits (Retry-After up to its cap, else its backoff) and calls again, up to
+        `sdk.retries` times. It gives up early when the wait would pass the policy's cut or the
+        deadline, or when the attempt is cancelled while it waits."""
+        run, env = handle.run, self.env
+        backoff = provider.sdk.backoff
+        began = call.start
+        for j in range(1, provider.sdk_retries + 1):
+            if run.closed or call.outcome not in (OUTCOME_RATE_LIMITED, OUTCOME_ERROR):
+                break
+            u = self.bank.uniform(run.index, "sdk-backoff", handle.step.id, attempt, run.resend, j)
+            wait = retry_wait(backoff, j, u, call.retry_after)
+            left = None
+            if plan.give_up_after is not None:
+                left = plan.give_up_after - (env.now - began) - wait
+                if left <= 0:
+                    break  # the policy's cut comes first: the attempt ends with this failure
+            if wait >= handle.time_left:
+                break
+            if wait > 0:
+                try:
+                    yield env.timeout(wait)
+                except simpy.Interrupt:  # cancelled while the SDK slept
+                    break
+            if run.closed:
+                break
+            call, args = self._prepare(run, handle.step, provider, attempt, plan, j)
+            try:
+                yield from provider.call(call, *args, left)
+            finally:
+                self._record(run, call)
         return call
 
     @staticmethod
@@ -317,6 +404,13 @@ class _StepRun:
 
     def cancel(self, process: simpy.Process) -> None:
         Simulation._cancel(self.run, process)
+
+    def jitter(self, retry: int) -> float:
+        """This run's backoff-jitter uniform for the step's retry number `retry` (the same
+        under every policy)."""
+        return self.sim.bank.uniform(
+            self.run.index, "backoff", self.step.id, retry, self.run.resend
+        )
 
 
 def serving_latencies(scenario: Scenario) -> dict[tuple[str, str], CallLatency]:

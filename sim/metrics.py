@@ -24,7 +24,7 @@ from sim.provider import (
 CALL_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
     "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
-    "retry_after_s", "quota_tokens",
+    "retry_after_s", "quota_tokens", "sdk_retry",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
@@ -58,6 +58,11 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "timeouts_per_request": ("calls", "calls cut at their cutoff or timeout / requests"),
     "cancelled_per_request": ("calls", "calls cancelled (race losers, deadline) / requests"),
     "rate_limited_per_request": ("calls", "calls refused with a 429 / requests"),
+    "sdk_retries_per_request": (
+        "calls",
+        "calls made by a provider's SDK retrying on its own (sdk.retries), below the policy / "
+        "requests; included in calls_per_request",
+    ),
     "wasted_cost_share": ("fraction", "share of the cost billed for calls that did not answer ok"),
     "quality_mean": (
         "score",
@@ -88,6 +93,7 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "cost_usd": np.fromiter((c.cost for c in calls), float, len(calls)),
             "retry_after_s": np.fromiter((c.retry_after for c in calls), float, len(calls)),
             "quota_tokens": np.fromiter((c.quota_tokens for c in calls), np.int64, len(calls)),
+            "sdk_retry": np.fromiter((c.sdk_retry for c in calls), np.int64, len(calls)),
         }
     )
     return frame.sort_values(
@@ -159,7 +165,8 @@ def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[s
     latency = runs["latency_s"].to_numpy(dtype=float)
     cost = float(calls["cost_usd"].sum())
     outcome = calls["outcome"]
-    first_attempts = int((calls["attempt"] == 0).sum())
+    sdk_retries = calls["sdk_retry"] > 0 if "sdk_retry" in calls else outcome.isna()
+    first_attempts = int(((calls["attempt"] == 0) & ~sdk_retries).sum())
     wasted = float(calls.loc[outcome != OUTCOME_OK, "cost_usd"].sum())
     p50, p95, p99 = np.percentile(latency, [50, 95, 99]) if n_runs else (np.nan,) * 3
     return {
@@ -185,5 +192,6 @@ def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[s
         "timeouts_per_request": float((outcome == OUTCOME_TIMEOUT).sum()) / n_requests,
         "cancelled_per_request": float((outcome == OUTCOME_CANCELLED).sum()) / n_requests,
         "rate_limited_per_request": float((outcome == OUTCOME_RATE_LIMITED).sum()) / n_requests,
+        "sdk_retries_per_request": float(sdk_retries.sum()) / n_requests,
         "wasted_cost_share": wasted / cost if cost > 0 else 0.0,
     }

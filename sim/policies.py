@@ -14,7 +14,9 @@ from typing import Any, Protocol
 
 import simpy
 
+from sim.backoff import retry_wait
 from sim.config import (
+    BackoffSpec,
     CutPolicy,
     DownshiftPolicy,
     HedgePolicy,
@@ -65,6 +67,10 @@ class StepRun(Protocol):
         """Cancel a parallel attempt still in flight (really interrupts it)."""
         ...
 
+    def jitter(self, retry: int) -> float:
+        """The backoff-jitter uniform of this step's retry number `retry` (common to policies)."""
+        ...
+
 
 class Policy:
     """A way to execute a step: wait, cut, race, hedge or downshift, with its attempts planned."""
@@ -84,12 +90,35 @@ def _route(scenario: Scenario, model: str, providers: list[str] | None, default:
     return serving or [default]
 
 
+def retry_pause(
+    run: StepRun, backoff: BackoffSpec | None, retry: int, failed: list[Call | None]
+) -> float | None:
+    """Seconds to wait before retry number `retry` after the `failed` calls, or None when the
+    deadline would come first (the retry is not made).
+
+    Without `backoff`: a 429's Retry-After, else no wait. With it: `sim.backoff.retry_wait`
+    (the longest Retry-After among the failed calls, if within its cap, else the jittered
+    backoff)."""
+    limited = [c.retry_after for c in failed if c is not None and c.outcome == OUTCOME_RATE_LIMITED]
+    retry_after = max(limited) if limited else float("nan")
+    if backoff is None:
+        wait = retry_after if limited else 0.0
+    else:
+        wait = retry_wait(backoff, retry, run.jitter(retry), retry_after)
+    if wait > 0 and wait >= run.time_left:
+        return None
+    return wait
+
+
 class Sequential(Policy):
     """wait and cut: one attempt at a time, each cut at its give-up time, then the next."""
 
-    def __init__(self, name: str, plans: dict[str, list[Attempt]]) -> None:
+    def __init__(
+        self, name: str, plans: dict[str, list[Attempt]], backoff: BackoffSpec | None = None
+    ) -> None:
         self.name = name
         self.plans = plans
+        self.backoff = backoff
 
     def execute(self, run: StepRun) -> StepGenerator:
         plans = self.plans[run.step.id]
@@ -99,12 +128,15 @@ class Sequential(Policy):
                 return False
             if call.outcome == OUTCOME_OK:
                 return True
-            if call.outcome == OUTCOME_RATE_LIMITED and attempt + 1 < len(plans):
-                # honour Retry-After, but only if the deadline leaves time to use the retry
-                if call.retry_after >= run.time_left:
+            if attempt + 1 < len(plans) and (
+                self.backoff is not None or call.outcome == OUTCOME_RATE_LIMITED
+            ):
+                # honour Retry-After / back off, but only if the deadline leaves time to retry
+                wait = retry_pause(run, self.backoff, attempt + 1, [call])
+                if wait is None:
                     return False
-                if call.retry_after > 0:
-                    yield run.env.timeout(call.retry_after)
+                if wait > 0:
+                    yield run.env.timeout(wait)
         return False
 
 
@@ -123,24 +155,37 @@ def _settle(run: StepRun, pending: list[simpy.Process]) -> tuple[bool, list[simp
 class Race(Policy):
     """`attempts` calls at once; the first valid answer wins and the rest are cancelled."""
 
-    def __init__(self, name: str, rounds: dict[str, list[list[Attempt]]]) -> None:
+    def __init__(
+        self,
+        name: str,
+        rounds: dict[str, list[list[Attempt]]],
+        backoff: BackoffSpec | None = None,
+    ) -> None:
         self.name = name
         self.rounds = rounds
+        self.backoff = backoff
 
     def execute(self, run: StepRun) -> StepGenerator:
         attempt = 0
-        for plans in self.rounds[run.step.id]:
+        for number, plans in enumerate(self.rounds[run.step.id]):
             if run.closed:
                 return False
-            pending = []
+            started = []
             for plan in plans:
-                pending.append(run.start(attempt, plan))
+                started.append(run.start(attempt, plan))
                 attempt += 1
+            pending = started
             while pending:
                 yield run.env.any_of(pending)
                 won, pending = _settle(run, pending)
                 if won:
                     return True
+            if self.backoff is not None and number + 1 < len(self.rounds[run.step.id]):
+                wait = retry_pause(run, self.backoff, number + 1, [p.value for p in started])
+                if wait is None:
+                    return False
+                if wait > 0:
+                    yield run.env.timeout(wait)
         return False
 
 
@@ -191,7 +236,7 @@ def build_policy(
             plans[step.id] = [
                 Attempt(route[k % len(route)], step.model, limit) for k in range(spec.retries + 1)
             ]
-        return Sequential(name, plans)
+        return Sequential(name, plans, spec.backoff)
     if isinstance(spec, RacePolicy):
         rounds = {}
         for step in steps:
@@ -201,7 +246,7 @@ def build_policy(
                 for j in range(spec.attempts)
             ]
             rounds[step.id] = [one] * (spec.retries + 1)
-        return Race(name, rounds)
+        return Race(name, rounds, spec.backoff)
     if isinstance(spec, HedgePolicy):
         plans = {}
         for step in steps:
@@ -220,4 +265,4 @@ def build_policy(
         first = Attempt(step.provider, step.model, seconds[step.id])
         rest = [Attempt(route[k % len(route)], spec.to, None) for k in range(spec.retries)]
         plans[step.id] = [first, *rest]
-    return Sequential(name, plans)
+    return Sequential(name, plans, spec.backoff)

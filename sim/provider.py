@@ -1,8 +1,9 @@
-"""One provider: a simpy queue of `concurrency` slots, its shared quota, and the life of a call.
+"""One provider: a simpy queue of `concurrency` slots, its shared quotas, and the life of a call.
 
-A call's life is written out in one place, `Provider.call`: sent (429 if over quota), queued for
-a slot, first token, generating, then done or cancelled. A cancelled or cut call stops holding
-its slot at once; what it is billed follows the scenario's billing rule.
+A call's life is written out in one place, `Provider.call`: sent (429 if over a quota, with the
+Retry-After the provider would send), queued for a slot, served (stretched by load and bad
+spells when those are on), first token, generating, then done or cancelled. A cancelled or cut
+call stops holding its slot at once; what it is billed follows the scenario's billing rule.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 
-from sim.config import ProviderSpec
+from sim.conditions import Episodes
+from sim.config import ProviderSpec, ServingSpec
 from sim.latency import ERROR, INVALID, OK, CallLatency
-from sim.ratelimit import Quota
+from sim.ratelimit import Quota, retry_after_header
 
 # Outcomes of a call (the `outcome` column).
 OUTCOME_OK = "ok"
@@ -57,8 +60,11 @@ class Call:
     billed_input: int = 0
     billed_output: int = 0
     cost: float = 0.0
-    retry_after: float = math.nan  # a 429's Retry-After: seconds until the quota admits it
+    retry_after: float = math.nan  # a 429's Retry-After as the provider sends it, seconds
     quota_tokens: int = 0  # tokens the provider's TPM quota took at admission (0 for a 429)
+    sdk_retry: int = 0  # 0: the policy's call; j: the SDK's j-th retry of it
+    reserved: int = 0  # the answer's token cap (what a `charge: max_tokens` quota takes)
+    spell_u: float = 1.0  # the call's uniform for a bad spell's extra hard error
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +77,10 @@ class Serving:
 
 
 class Provider:
-    """A serving path's shared state in one simulation: slots and quota."""
+    """A serving path's shared state in one simulation: slots, quotas, load and bad spells.
+
+    `episodes_rng` is the provider's own bad-spell stream (needed only with `episodes`).
+    """
 
     def __init__(
         self,
@@ -80,13 +89,70 @@ class Provider:
         spec: ProviderSpec,
         serving: dict[str, Serving],
         billing: str,
+        episodes_rng: np.random.Generator | None = None,
     ) -> None:
         self.env = env
         self.name = name
         self.slots = simpy.Resource(env, capacity=spec.concurrency)
-        self.quota = Quota(spec.tpm, spec.rpm)
+        self.quota = _quota(spec, spec)
+        self.model_quotas = {
+            model: q
+            for model, serves in spec.serves.items()
+            if not (q := _quota(serves, spec)).unlimited
+        }
+        #: Admission checks any quota at all (off: no cost on the hot path).
+        self.limited = not self.quota.unlimited or bool(self.model_quotas)
+        self.reserve = spec.charge == "max_tokens"
+        self.retry_after_mode = spec.retry_after
+        self.sdk = spec.sdk
+        self.sdk_retries = spec.sdk.retries
+        self.slowdown = spec.slowdown
+        self.episodes: Episodes | None = None
+        self.spell_slowdown, self.spell_error_rate = 1.0, 0.0
+        if spec.episodes is not None:
+            if episodes_rng is None:
+                raise ValueError(f"provider {name}: episodes need their random stream")
+            self.episodes = Episodes(spec.episodes, episodes_rng)
+            self.spell_slowdown = spec.episodes.slowdown
+            self.spell_error_rate = spec.episodes.error_rate
+        #: Service is stretched by load or bad spells (off: no cost on the hot path).
+        self.shaped = self.slowdown is not None or self.episodes is not None
         self.serving = serving
         self.billing = billing
+
+    def admit(self, call: Call, charge_output: int) -> bool:
+        """Charge a call to the provider's quotas and its model's (all or nothing); on a 429 set
+        the Retry-After the provider sends. Failed and cancelled calls keep their charge."""
+        now = self.env.now
+        tokens = call.input_tokens + charge_output
+        scoped = self.model_quotas.get(call.model)
+        if scoped is None:
+            if self.quota.admit(now, tokens, call.input_tokens):
+                call.quota_tokens = tokens
+                return True
+        elif self.quota.fits(now, tokens, call.input_tokens) and scoped.fits(
+            now, tokens, call.input_tokens
+        ):
+            self.quota.take(now, tokens, call.input_tokens)
+            scoped.take(now, tokens, call.input_tokens)
+            call.quota_tokens = tokens
+            return True
+        quotas = [self.quota] if scoped is None else [self.quota, scoped]
+        exact = max(q.retry_after(now, tokens, call.input_tokens) for q in quotas)
+        reset = max(q.reset_after(now) for q in quotas) if self.retry_after_mode == "window" else 0
+        call.retry_after = retry_after_header(self.retry_after_mode, exact, reset)
+        return False
+
+    def stretch(self) -> tuple[float, bool]:
+        """(factor on first token and generation, bad spell on?) for a call served now."""
+        factor = 1.0
+        if self.slowdown is not None:
+            slots = self.slots
+            factor = 1.0 + self.slowdown.a * (slots.count / slots.capacity) ** self.slowdown.k
+        spell = self.episodes is not None and self.episodes.active(self.env.now)
+        if spell:
+            factor *= self.spell_slowdown
+        return factor, spell
 
     def call(
         self,
@@ -103,12 +169,15 @@ class Provider:
         An `Interrupt` (race loser, deadline) ends it with outcome 'cancelled'.
         """
         env = self.env
-        tokens = call.input_tokens + call.output_tokens
-        if not self.quota.admit(env.now, tokens):
+        charge = call.reserved if self.reserve else call.output_tokens
+        tokens = call.input_tokens + charge
+        if not self.limited or (
+            not self.model_quotas and self.quota.admit(env.now, tokens, call.input_tokens)
+        ):
+            call.quota_tokens = tokens
+        elif not self.admit(call, charge):  # per-model quotas, or a 429 (Retry-After set)
             call.queue = 0.0
-            call.retry_after = self.quota.retry_after(env.now, tokens)
             return self._end(call, OUTCOME_RATE_LIMITED)
-        call.quota_tokens = tokens
         slot = self.slots.request()
         served_at = math.nan
         try:
@@ -122,6 +191,11 @@ class Provider:
                         return self._end(call, OUTCOME_TIMEOUT)
             served_at = env.now
             call.queue = served_at - call.start
+            if self.shaped:
+                factor, spell = self.stretch()
+                ttft, generation = ttft * factor, generation * factor
+                if spell and drawn != ERROR and call.spell_u < self.spell_error_rate:
+                    drawn = ERROR
             service = ttft if drawn != OK else ttft + generation + stall
             left = math.inf if give_up_after is None else give_up_after - call.queue
             if left <= _SAME_INSTANT * max(1.0, call.queue):
@@ -179,3 +253,16 @@ class Provider:
         elif elapsed > ttft:
             done = min(1.0, (elapsed - ttft) / generating) if generating > 0 else 1.0
             call.billed_output = int(call.output_tokens * done)
+
+
+def _quota(limits: ProviderSpec | ServingSpec, provider: ProviderSpec) -> Quota:
+    """The quota of one scope (the provider, or one model on it), with the provider's window
+    and start rules."""
+    return Quota(
+        limits.tpm,
+        limits.rpm,
+        input_tpm=limits.input_tpm,
+        output_tpm=limits.output_tpm,
+        window=provider.window,
+        start=provider.start,
+    )

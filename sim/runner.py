@@ -102,15 +102,41 @@ def run(
         wall[name] = time.perf_counter() - began
     requests_table = pd.concat(request_tables, ignore_index=True)
     calls_table = pd.concat(call_tables, ignore_index=True)
+    counted_requests, counted_calls = after_warmup(requests_table, calls_table, scenario.warmup_s)
     return RunResult(
         scenario=scenario,
         seed=seed,
         requests_count=n,
         thresholds={name: thresholds[name] for name in names},
         summary=summarize(
-            requests_table, calls_table, {m: spec.quality for m, spec in scenario.models.items()}
+            counted_requests,
+            counted_calls,
+            {m: spec.quality for m, spec in scenario.models.items()},
         ),
         requests=requests_table,
         calls=calls_table,
         wall_s=wall,
+    )
+
+
+def after_warmup(
+    requests: pd.DataFrame, calls: pd.DataFrame, warmup_s: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows the statistics use: requests whose first send arrived at or after `warmup_s`
+    (with all their re-sends) and their calls. Earlier requests ran, loading providers and
+    quotas, but are left out, so steady-state figures can be read."""
+    if warmup_s <= 0:
+        return requests, calls
+    first = requests.loc[requests["resend"] == 0, ["policy", "request_id", "arrival_s"]]
+    kept = first.loc[first["arrival_s"] >= warmup_s, ["policy", "request_id"]]
+    if kept.empty:
+        raise ScenarioError(
+            "warmup_s", [("", f"{warmup_s:g} s leaves no request to count: lower it")]
+        )
+    index = pd.MultiIndex.from_frame(kept)
+    keep_requests = pd.MultiIndex.from_frame(requests[["policy", "request_id"]]).isin(index)
+    keep_calls = pd.MultiIndex.from_frame(calls[["policy", "request_id"]]).isin(index)
+    return (
+        requests[keep_requests].reset_index(drop=True),
+        calls[keep_calls].reset_index(drop=True),
     )

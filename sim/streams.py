@@ -57,18 +57,30 @@ class CallDrawBank:
     def __init__(self, streams: Streams, n_requests: int) -> None:
         self.streams = streams
         self.n_requests = n_requests
-        self._uniforms: dict[tuple[str, int, int], np.ndarray] = {}
+        self._uniforms: dict[tuple[str, int, int, int], np.ndarray] = {}
         self._draws: dict[Hashable, CallDraws] = {}
+        self._columns: dict[tuple[str | int, ...], list[float]] = {}
 
-    def uniforms(self, step: str, attempt: int, resend: int) -> np.ndarray:
-        """The (n_requests, 5) block of uniforms of this call slot."""
-        key = (step, attempt, resend)
+    def uniforms(self, step: str, attempt: int, resend: int, sdk: int = 0) -> np.ndarray:
+        """The (n_requests, 5) block of uniforms of this call slot (`sdk` > 0: the SDK's
+        retry number `sdk` inside that policy attempt, on a stream of its own)."""
+        key = (step, attempt, resend, sdk)
         block = self._uniforms.get(key)
         if block is None:
-            rng = self.streams.generator("call", step, attempt, resend)
+            extra = ("sdk", sdk) if sdk else ()
+            rng = self.streams.generator("call", step, attempt, resend, *extra)
             block = rng.random((self.n_requests, UNIFORMS_PER_CALL))
             self._uniforms[key] = block
         return block
+
+    def uniform(self, index: int, *key: str | int) -> float:
+        """Request `index`'s uniform of the named per-request stream `key` (backoff jitter,
+        bad-spell errors, ...): one column over all requests, the same for every policy."""
+        column = self._columns.get(key)
+        if column is None:
+            column = self.streams.generator("extra", *key).random(self.n_requests).tolist()
+            self._columns[key] = column
+        return column[index]
 
     def draws(
         self,
@@ -78,11 +90,12 @@ class CallDrawBank:
         path: tuple[str, str],
         latency: CallLatency,
         output_tokens: int,
+        sdk: int = 0,
     ) -> CallDraws:
         """The transformed draws of this call slot on serving path `path` = (provider, model)."""
-        key = (step, attempt, resend, path, output_tokens)
+        key = (step, attempt, resend, path, output_tokens, sdk)
         found = self._draws.get(key)
         if found is None:
-            found = latency.draw(self.uniforms(step, attempt, resend), output_tokens)
+            found = latency.draw(self.uniforms(step, attempt, resend, sdk), output_tokens)
             self._draws[key] = found
         return found

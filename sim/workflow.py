@@ -20,6 +20,7 @@ class Step:
     required: bool
     depends_on: tuple[int, ...]
     unlocks: tuple[int, ...]
+    reserved_output: int = 0  # the answer's token cap (max_tokens, else output_tokens)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Workflow:
                 required=spec.required,
                 depends_on=tuple(index[d] for d in spec.after),
                 unlocks=tuple(unlocks[i]),
+                reserved_output=spec.reserved_output,
             )
             for i, spec in enumerate(specs)
         )

@@ -153,8 +153,10 @@ class ScriptedBank(CallDrawBank):
         path: tuple[str, str],
         latency: CallLatency,
         output_tokens: int,
+        sdk: int = 0,
     ) -> CallDraws:
-        """The scripted draws of this call slot for every request index."""
+        """The scripted draws of this call slot for every request index (SDK retries of a
+        policy attempt get the same script as the attempt)."""
         rows = [self._draw(step, attempt, i) for i in range(self.n_requests)]
         return CallDraws(
             [d.ttft for d in rows],

@@ -415,7 +415,7 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path: Path, contract_path: Path
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(4)  # well into the simulation (the run takes minutes)
+    _wait_for_cpu_seconds(proc.pid, 4.0)  # past the imports (~1.5 s), well into the simulation
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
@@ -427,6 +427,18 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path: Path, contract_path: Path
         [cwd / "results", cwd / "results/ten-step"],
     )
     assert not [p for p in cwd.rglob("*") if p.is_file()]
+
+
+def _wait_for_cpu_seconds(pid: int, seconds: float, limit_s: float = 90.0) -> None:
+    """Wait until process `pid` has used `seconds` of CPU (robust on a loaded machine)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if (int(fields[11]) + int(fields[12])) / tick >= seconds:  # utime + stime
+            return
+        time.sleep(0.1)
+    pytest.fail(f"process {pid} did not reach {seconds} s of CPU in {limit_s} s")
 
 
 def test_a_run_too_big_for_memory_stops_at_once_with_the_estimate(

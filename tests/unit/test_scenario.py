@@ -122,7 +122,11 @@ BAD_VALUES = [
     pytest.param(
         {"providers.direct.concurency": 512},
         "providers.direct.concurency",
-        ["unknown key", "did you mean 'concurrency'", "allowed: concurrency, rpm, serves, tpm"],
+        [
+            "unknown key",
+            "did you mean 'concurrency'",
+            "allowed: charge, concurrency, episodes, input_tpm",
+        ],
         id="unknown-key-provider",
     ),
     pytest.param(
@@ -134,13 +138,13 @@ BAD_VALUES = [
     pytest.param(
         {"workflow.steps[2].modle": "big"},
         "workflow.steps[2].modle",
-        ["did you mean 'model'", "allowed: after, id, input_tokens, model"],
+        ["did you mean 'model'", "allowed: after, id, input_tokens, max_tokens, model"],
         id="unknown-key-step",
     ),
     pytest.param(
         {"policies.cut.retires": 3},
         "policies.cut.retires",
-        ["did you mean 'retries'", "allowed: cutoff, kind, providers, retries"],
+        ["did you mean 'retries'", "allowed: backoff, cutoff, kind, providers, retries"],
         id="unknown-key-policy",
     ),
     pytest.param(
