@@ -298,11 +298,33 @@ class ModelSpec(Spec):
     quality: Probability = 1.0
 
 
+class ToolSpec(Spec):
+    """A side-effect step's external action: the remote commits it `commit_s` after the submit
+    (unless it refuses with a transient error, with `error_rate`), and its confirmation reaches
+    the workflow `confirm_s` after the commit. `idempotent`: submits carry an idempotency key
+    (request and step), so the remote recognises a second submit and commits once."""
+
+    commit_s: DistSpec = Field(description="submit to the remote's commit, seconds")
+    confirm_s: DistSpec = Field(
+        default=DistSpec(dist="constant", value=0.0),
+        description="commit to the confirmation reaching the workflow, seconds",
+    )
+    error_rate: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.0, description="the remote refuses (transient, nothing committed)"
+    )
+    idempotent: bool = Field(default=False, description="submits carry an idempotency key")
+    retries: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="re-submits after a refusal, or after an unknown outcome if idempotent",
+    )
+
+
 class StepSpec(Spec):
-    """One LLM step of the workflow."""
+    """One step of the workflow: an LLM call (`kind: llm`) or an external action (`kind: tool`)."""
 
     id: Name
-    model: Name
+    kind: Literal["llm", "tool"] = "llm"
+    model: Name | None = Field(default=None, description="required for kind llm")
     input_tokens: Annotated[int, Field(ge=0)] = 1000
     output_tokens: Annotated[int, Field(ge=1)] = 200
     max_tokens: Annotated[int, Field(ge=1)] | None = Field(
@@ -315,6 +337,32 @@ class StepSpec(Spec):
     provider: Name | None = Field(
         default=None, description="default: the first provider (in file order) serving the model"
     )
+    budget_s: PositiveFloat | None = Field(
+        default=None, description="step budget: queue waits and every attempt and retry, s"
+    )
+    queue_budget_s: PositiveFloat | None = Field(
+        default=None, description="longest wait of one call for a provider slot, s"
+    )
+    attempt_budget_s: PositiveFloat | None = Field(
+        default=None,
+        description="longest service of one attempt once it holds a slot (besides the "
+        "policy's cut, which counts the queue wait too), s",
+    )
+    tool: ToolSpec | None = Field(default=None, description="kind tool: the external action")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> StepSpec:
+        if self.kind == "llm" and self.model is None:
+            raise FieldError(("model",), "missing (required): a step of kind 'llm' needs a model")
+        if self.kind == "llm" and self.tool is not None:
+            raise FieldError(("tool",), "only a step of kind 'tool' takes a tool")
+        if self.kind == "tool":
+            if self.tool is None:
+                raise FieldError(("tool",), "missing: a step of kind 'tool' needs a tool")
+            for key in ("model", "provider"):
+                if getattr(self, key) is not None:
+                    raise FieldError((key,), "a step of kind 'tool' calls no model")
+        return self
 
     @model_validator(mode="after")
     def _max_tokens_cover_output(self) -> StepSpec:
@@ -335,9 +383,38 @@ class WorkflowSpec(Spec):
     """The steps; a step starts once every step in its `after` has succeeded."""
 
     steps: Annotated[list[StepSpec], Field(min_length=1)]
+    reserve_s: NonNegativeFloat = Field(
+        default=0.0,
+        description="time kept after the last step for validation and delivery: an answer is "
+        "delivered this long after it, and attempts get the time left minus it, s",
+    )
 
 
-class WaitPolicy(Spec):
+class AdmissionSpec(Spec):
+    """Deadline-aware admission: an attempt (a policy retry, a hedge, an SDK retry, a tool
+    submit or a step's first attempt) starts only if the time left exceeds its backoff wait
+    plus the `expected` attempt time (plus `workflow.reserve_s`, already kept back)."""
+
+    expected: Threshold = Field(
+        default="p50",
+        description="expected attempt time: seconds, or 'pNN' of the step's pilot latency",
+    )
+
+
+class DeadlineKeys(Spec):
+    """Keys every policy kind takes: how the request's deadline reaches its work."""
+
+    propagate_deadline: bool = Field(
+        default=True,
+        description="true: the deadline cancels in-flight work and attempts get the time left; "
+        "false: the request times out at the edge and its work runs on (orphan work)",
+    )
+    admission: AdmissionSpec | None = Field(
+        default=None, description="deadline-aware admission of attempts; none: off"
+    )
+
+
+class WaitPolicy(DeadlineKeys):
     """One attempt at a time, each allowed `timeout_s`, `retries` more after any failure."""
 
     kind: Literal["wait"]
@@ -351,7 +428,7 @@ class WaitPolicy(Spec):
     )
 
 
-class CutPolicy(Spec):
+class CutPolicy(DeadlineKeys):
     """As wait, but every attempt is cut at `cutoff` (seconds or a pilot percentile)."""
 
     kind: Literal["cut"]
@@ -363,7 +440,7 @@ class CutPolicy(Spec):
     )
 
 
-class RacePolicy(Spec):
+class RacePolicy(DeadlineKeys):
     """`attempts` calls at once over `providers` in turn; the first valid answer wins."""
 
     kind: Literal["race"]
@@ -378,7 +455,7 @@ class RacePolicy(Spec):
     )
 
 
-class HedgePolicy(Spec):
+class HedgePolicy(DeadlineKeys):
     """One call on the step's provider; without a valid answer `after` its start, one more."""
 
     kind: Literal["hedge"]
@@ -391,7 +468,7 @@ class HedgePolicy(Spec):
     )
 
 
-class DownshiftPolicy(Spec):
+class DownshiftPolicy(DeadlineKeys):
     """Cut the step's model at `cutoff`, then retry on the faster model `to`."""
 
     kind: Literal["downshift"]
@@ -455,10 +532,19 @@ class CustomerRetrySpec(Spec):
     )
 
 
+class DisconnectSpec(Spec):
+    """Callers who hang up: with `probability` a run's caller disconnects `after_s` after its
+    arrival (if it is still going); it fails then and is not re-sent."""
+
+    probability: Probability = 0.0
+    after_s: DistSpec = Field(description="time from arrival to the disconnect, s")
+
+
 class CustomersSpec(Spec):
     """How customers behave after a failure."""
 
     retry: CustomerRetrySpec = CustomerRetrySpec()
+    disconnect: DisconnectSpec | None = None
 
 
 class PilotSpec(Spec):
@@ -491,6 +577,9 @@ class Scenario(Spec):
     description: str = ""
     seed: Annotated[int, Field(ge=0)] = 0
     deadline_s: PositiveFloat = 120.0
+    first_signal_s: PositiveFloat | None = Field(
+        default=None, description="target time to the first token of the first step, s"
+    )
     requests: Annotated[int, Field(ge=1)] = 1000
     warmup_s: NonNegativeFloat = Field(
         default=0.0, description="requests arriving before this run but are left out of the summary"
@@ -515,6 +604,15 @@ class Scenario(Spec):
             raise FieldError(*problems[0], *problems[1:])
         return self
 
+    @model_validator(mode="after")
+    def _reserve_within_deadline(self) -> Scenario:
+        if not self.workflow.reserve_s < self.deadline_s:
+            raise FieldError(
+                ("workflow", "reserve_s"),
+                f"must be below deadline_s ({self.deadline_s:g}), got {self.workflow.reserve_s:g}",
+            )
+        return self
+
     @property
     def source_dir(self) -> str | None:
         """The folder relative file names in this scenario are read from (set by the loader)."""
@@ -529,7 +627,9 @@ class Scenario(Spec):
         return [p for p, spec in self.providers.items() if model in spec.serves]
 
     def step_provider(self, step: StepSpec) -> str:
-        """The provider a step runs on by default."""
+        """The provider a step runs on by default ("" for a tool step: it calls no model)."""
+        if step.model is None:
+            return ""
         return step.provider or self.serving_providers(step.model)[0]
 
 

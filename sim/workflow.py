@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from sim.config import Scenario
+from sim.config import Scenario, ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +22,10 @@ class Step:
     depends_on: tuple[int, ...]
     unlocks: tuple[int, ...]
     reserved_output: int = 0  # the answer's token cap (max_tokens, else output_tokens)
+    budget_s: float = math.inf  # step budget: queue waits, attempts and retries together
+    queue_budget_s: float | None = None  # longest wait of one call for a slot
+    attempt_budget_s: float | None = None  # longest time of one attempt
+    tool: ToolSpec | None = None  # a side-effect step's action (None: an LLM step)
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class Workflow:
             Step(
                 index=i,
                 id=spec.id,
-                model=spec.model,
+                model=spec.model or "",
                 provider=scenario.step_provider(spec),
                 input_tokens=spec.input_tokens,
                 output_tokens=spec.output_tokens,
@@ -50,6 +55,10 @@ class Workflow:
                 depends_on=tuple(index[d] for d in spec.after),
                 unlocks=tuple(unlocks[i]),
                 reserved_output=spec.reserved_output,
+                budget_s=math.inf if spec.budget_s is None else spec.budget_s,
+                queue_budget_s=spec.queue_budget_s,
+                attempt_budget_s=spec.attempt_budget_s,
+                tool=spec.tool,
             )
             for i, spec in enumerate(specs)
         )

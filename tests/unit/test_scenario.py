@@ -138,13 +138,13 @@ BAD_VALUES = [
     pytest.param(
         {"workflow.steps[2].modle": "big"},
         "workflow.steps[2].modle",
-        ["did you mean 'model'", "allowed: after, id, input_tokens, max_tokens, model"],
+        ["did you mean 'model'", "allowed: after, ", " id, input_tokens, ", " model, "],
         id="unknown-key-step",
     ),
     pytest.param(
         {"policies.cut.retires": 3},
         "policies.cut.retires",
-        ["did you mean 'retries'", "allowed: backoff, cutoff, kind, providers, retries"],
+        ["did you mean 'retries'", "allowed: ", " backoff, cutoff, kind, ", " providers, retries"],
         id="unknown-key-policy",
     ),
     pytest.param(
