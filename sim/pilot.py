@@ -1,14 +1,16 @@
 """The pilot run: measure each step's latency first, then turn 'pNN' thresholds into seconds.
 
 As the article prescribes, cutoffs are not guessed: the workflow is run under a plain wait policy
-(no timeouts, no retries, no deadline) on its own random streams, every step's successful call
-latencies (queue wait included) are recorded, and 'p95' becomes that step's 95th percentile.
+(no timeouts, no retries, no deadline, no step budgets) on its own random streams, every
+step's successful call latencies (queue wait included) are recorded, and 'p95' becomes that
+step's 95th percentile.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sim.actions import CONFIRMED
 from sim.arrivals import arrival_times
 from sim.config import (
     CutPolicy,
@@ -18,6 +20,7 @@ from sim.config import (
     WaitPolicy,
     percentile_of,
 )
+from sim.deadlines import without_budgets
 from sim.engine import Simulation, serving_latencies
 from sim.errors import ScenarioError, format_path
 from sim.policies import build_policy
@@ -39,9 +42,11 @@ def needs_pilot(scenario: Scenario) -> bool:
 
 
 def step_latencies(scenario: Scenario, seed: int) -> dict[str, np.ndarray]:
-    """Successful call latencies (seconds, queue included) per step in a pilot run."""
+    """Successful call latencies (seconds, queue included) per step in a pilot run; for a tool
+    step, confirmed actions' time from submit to confirmation."""
     streams = Streams(seed, "pilot")
     n = scenario.pilot.requests
+    scenario = without_budgets(scenario)
     workflow = Workflow.from_scenario(scenario)
     wait = build_policy("pilot", WaitPolicy(kind="wait"), scenario, workflow.steps, {})
     sim = Simulation(
@@ -57,6 +62,9 @@ def step_latencies(scenario: Scenario, seed: int) -> dict[str, np.ndarray]:
     for call in records.calls:
         if call.outcome == OUTCOME_OK:
             found[call.step].append(call.end - call.start)
+    for action in records.actions:  # tool steps: submit to confirmation
+        if action.state == CONFIRMED:
+            found[action.step].append(action.answered - action.submitted)
     return {step: np.asarray(values) for step, values in found.items()}
 
 

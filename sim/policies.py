@@ -71,6 +71,10 @@ class StepRun(Protocol):
         """The backoff-jitter uniform of this step's retry number `retry` (common to policies)."""
         ...
 
+    def admits(self, wait: float) -> bool:
+        """Deadline-aware admission of a retry after `wait` seconds (counted if refused)."""
+        ...
+
 
 class Policy:
     """A way to execute a step: wait, cut, race, hedge or downshift, with its attempts planned."""
@@ -106,6 +110,8 @@ def retry_pause(
     else:
         wait = retry_wait(backoff, retry, run.jitter(retry), retry_after)
     if wait > 0 and wait >= run.time_left:
+        return None
+    if not run.admits(wait):  # the time left cannot fund the wait and an attempt
         return None
     return wait
 
@@ -226,7 +232,9 @@ def build_policy(
     steps: tuple[Step, ...],
     seconds: dict[str, float],
 ) -> Policy:
-    """The runtime policy of a spec; `seconds[step]` is its threshold resolved for that step."""
+    """The runtime policy of a spec; `seconds[step]` is its threshold resolved for that step
+    (tool steps are run by `sim.actions`, not by a policy)."""
+    steps = tuple(s for s in steps if s.tool is None)
     if isinstance(spec, WaitPolicy | CutPolicy):
         give_up = spec.timeout_s if isinstance(spec, WaitPolicy) else None
         plans = {}

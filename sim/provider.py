@@ -65,6 +65,7 @@ class Call:
     sdk_retry: int = 0  # 0: the policy's call; j: the SDK's j-th retry of it
     reserved: int = 0  # the answer's token cap (what a `charge: max_tokens` quota takes)
     spell_u: float = 1.0  # the call's uniform for a bad spell's extra hard error
+    ended_by: str = ""  # the budget or event that ended it early ("" if it ended on its own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +163,19 @@ class Provider:
         stall: float,
         drawn: int,
         give_up_after: float | None,
+        queue_limit: float | None = None,
+        start_by: float = math.inf,
+        service_limit: float | None = None,
     ) -> Generator[simpy.Event, Any, Call]:
         """Live one call to its end and return it with outcome, times and bill filled in.
 
         `give_up_after` (seconds from the call's start) cuts the call with outcome 'timeout'.
-        An `Interrupt` (race loser, deadline) ends it with outcome 'cancelled'.
+        `queue_limit` (seconds) abandons it if no slot is free by then (`ended_by` 'queue');
+        a call granted its slot after the time `start_by` (picked up too late to finish in
+        time) refuses to start (`ended_by` 'admission', never served); `service_limit`
+        (seconds from the slot grant) cuts it with outcome 'timeout' (`ended_by` 'attempt').
+        An `Interrupt` (race loser, deadline) ends it with outcome 'cancelled' and the
+        interrupt's cause as `ended_by`.
         """
         env = self.env
         charge = call.reserved if self.reserve else call.output_tokens
@@ -182,12 +191,20 @@ class Provider:
         served_at = math.nan
         try:
             if not slot.triggered:
-                if give_up_after is None:
+                wait_limit = give_up_after
+                by_queue = queue_limit is not None and (
+                    give_up_after is None or queue_limit < give_up_after
+                )
+                if by_queue:
+                    wait_limit = queue_limit
+                if wait_limit is None:
                     yield slot
                 else:
-                    yield slot | env.timeout(give_up_after)
+                    yield slot | env.timeout(wait_limit)
                     if not slot.triggered:  # cut while still queued: never served
                         call.queue = env.now - call.start
+                        if by_queue:
+                            call.ended_by = "queue"
                         return self._end(call, OUTCOME_TIMEOUT)
             served_at = env.now
             call.queue = served_at - call.start
@@ -198,10 +215,17 @@ class Provider:
                     drawn = ERROR
             service = ttft if drawn != OK else ttft + generation + stall
             left = math.inf if give_up_after is None else give_up_after - call.queue
+            if service_limit is not None and service_limit < left:
+                left = service_limit
+                call.ended_by = "attempt"  # kept only if this limit cuts the call
             if left <= _SAME_INSTANT * max(1.0, call.queue):
                 # granted its slot at its give-up instant (up to rounding): cut, never served
                 return self._end(call, OUTCOME_TIMEOUT)
+            if served_at >= start_by:  # picked up too late to finish: refuses to start
+                call.ended_by = "admission"
+                return self._end(call, OUTCOME_TIMEOUT)
             if service <= left:
+                call.ended_by = ""
                 yield env.timeout(service)
                 if drawn != ERROR:
                     call.ttft = ttft
@@ -210,7 +234,8 @@ class Provider:
             yield env.timeout(left)
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_TIMEOUT)
-        except simpy.Interrupt:
+        except simpy.Interrupt as stop:
+            call.ended_by = str(stop.cause)
             if math.isnan(served_at) or env.now == served_at:  # never served for any time
                 call.queue = env.now - call.start
             else:
