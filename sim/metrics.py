@@ -12,8 +12,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from sim.actions import action_counts
 from sim.analytic import wilson_interval
-from sim.engine import Records
+from sim.deadlines import BUDGETS, BY_DEADLINE
+from sim.engine import FAIL_DEADLINE, Records
 from sim.provider import (
     OUTCOME_CANCELLED,
     OUTCOME_OK,
@@ -24,11 +26,12 @@ from sim.provider import (
 CALL_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
     "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
-    "retry_after_s", "quota_tokens", "sdk_retry",
+    "retry_after_s", "quota_tokens", "sdk_retry", "ended_by", "orphan",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
-    "calls", "end_s", "fail_reason", "fail_step",
+    "calls", "end_s", "fail_reason", "fail_step", "first_signal_s", "refused_retries",
+    "refused_starts",
 )  # fmt: skip
 
 #: Summary columns with their unit and meaning (the docs table is generated from this).
@@ -68,6 +71,60 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
         "score",
         "mean over successful runs of the mean `quality` of the models that answered each step",
     ),
+    "first_signal_p50_s": (
+        "s",
+        "median over runs of the time from arrival to the first token of the first valid "
+        "answer (the first step's, in a chain); a run without one counts at deadline_s",
+    ),
+    "first_signal_p99_s": ("s", "99th percentile of the same"),
+    "first_signal_hit_rate": (
+        "fraction",
+        "runs whose first signal came within the scenario's first_signal_s (NaN without one)",
+    ),
+    "breach_queue": (
+        "fraction",
+        "runs in which a call waited past its step's queue_budget_s for a slot and was dropped",
+    ),
+    "breach_attempt": (
+        "fraction",
+        "runs in which an attempt was cut at its attempt budget (the policy's cutoff or "
+        "timeout_s, or the step's attempt_budget_s)",
+    ),
+    "breach_step": (
+        "fraction",
+        "runs in which an attempt or action was cut when its step's budget_s ran out",
+    ),
+    "breach_deadline": (
+        "fraction",
+        "runs that ran out of their deadline: still going at it, or an attempt or action cut at "
+        "the deadline less workflow.reserve_s",
+    ),
+    "refused_retries": (
+        "attempts",
+        "attempts other than a step's first (policy retries, race attempts, hedges, SDK "
+        "retries, tool re-submits) refused because the time left could not fund them",
+    ),
+    "refused_starts": (
+        "attempts",
+        "steps' first attempts refused because the time left could not fund them (picked up "
+        "too late), including calls refused when granted a slot too late",
+    ),
+    "orphan_calls": (
+        "calls",
+        "calls still running after their run was given up (deadline, caller disconnect): work "
+        "nobody waits for",
+    ),
+    "orphan_tokens": ("tokens", "billed input + output tokens of the orphan calls"),
+    "orphan_cost_usd": ("USD", "billed cost of the orphan calls (in cost_per_request_usd too)"),
+    "duplicate_actions": (
+        "actions",
+        "tool effects committed again for a request's step that already had one",
+    ),
+    "late_actions": ("actions", "tool effects committed after their run's deadline"),
+    "unknown_actions": (
+        "actions",
+        "tool submits whose outcome the workflow never learnt (to be reconciled)",
+    ),
 }
 
 
@@ -94,6 +151,8 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "retry_after_s": np.fromiter((c.retry_after for c in calls), float, len(calls)),
             "quota_tokens": np.fromiter((c.quota_tokens for c in calls), np.int64, len(calls)),
             "sdk_retry": np.fromiter((c.sdk_retry for c in calls), np.int64, len(calls)),
+            "ended_by": pd.Series([c.ended_by for c in calls], dtype="string"),
+            "orphan": np.fromiter((c.end > c.run.given_up_at for c in calls), bool, len(calls)),
         }
     )
     return frame.sort_values(
@@ -124,21 +183,33 @@ def requests_frame(records: Records) -> pd.DataFrame:
             "end_s": np.fromiter((r.end for r in runs), float, len(runs)),
             "fail_reason": pd.Series([r.fail_reason for r in runs], dtype="string"),
             "fail_step": pd.Series([r.fail_step for r in runs], dtype="string"),
+            "first_signal_s": np.fromiter((r.first_signal for r in runs), float, len(runs)),
+            "refused_retries": np.fromiter((r.refused_retries for r in runs), np.int64, len(runs)),
+            "refused_starts": np.fromiter((r.refused_starts for r in runs), np.int64, len(runs)),
         }
     )
 
 
 def summarize(
-    requests: pd.DataFrame, calls: pd.DataFrame, quality: Mapping[str, float] | None = None
+    requests: pd.DataFrame,
+    calls: pd.DataFrame,
+    quality: Mapping[str, float] | None = None,
+    *,
+    actions: pd.DataFrame | None = None,
+    first_signal_s: float | None = None,
 ) -> pd.DataFrame:
     """One row per policy with every metric of `SUMMARY_METRICS`, in the policies' order.
 
-    `quality` maps model names to their quality score (NaN `quality_mean` without it)."""
+    `quality` maps model names to their quality score (NaN `quality_mean` without it);
+    `actions` is the tool steps' actions table (none: no tool steps); `first_signal_s` the
+    scenario's first-signal target (NaN `first_signal_hit_rate` without it)."""
     rows = []
     for policy in pd.unique(requests["policy"]):
         runs, its_calls = requests[requests["policy"] == policy], calls[calls["policy"] == policy]
+        its_actions = None if actions is None else actions[actions["policy"] == policy]
         row = _summary_row(runs, its_calls, str(policy))
         row["quality_mean"] = _quality_mean(runs, its_calls, quality)
+        row |= _deadline_row(runs, its_calls, its_actions, first_signal_s)
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
 
@@ -155,6 +226,47 @@ def _quality_mean(
     good = runs.loc[runs["ok"], ["request_id", "resend"]]
     index = pd.MultiIndex.from_frame(good)
     return float(per_run.reindex(index).mean()) if len(good) else math.nan
+
+
+def _deadline_row(
+    runs: pd.DataFrame,
+    calls: pd.DataFrame,
+    actions: pd.DataFrame | None,
+    first_signal_s: float | None,
+) -> dict[str, object]:
+    """The deadline metrics of one policy: first signal, budget breaches (share of runs),
+    refused attempts, orphan work and tool actions (counts)."""
+    row: dict[str, object] = {}
+    n_runs = len(runs)
+    if "first_signal_s" in runs:
+        signal = runs["first_signal_s"].to_numpy(float)
+        counted = np.where(np.isnan(signal), runs["latency_s"].to_numpy(float), signal)
+        p50, p99 = np.percentile(counted, [50, 99]) if n_runs else (np.nan, np.nan)
+        row["first_signal_p50_s"], row["first_signal_p99_s"] = float(p50), float(p99)
+        met = (~np.isnan(signal)) & (signal <= first_signal_s) if first_signal_s else None
+        row["first_signal_hit_rate"] = float(met.mean()) if met is not None and n_runs else np.nan
+    keys = ["request_id", "resend"]
+    ended = calls[[*keys, "ended_by"]] if "ended_by" in calls else calls[keys].assign(ended_by="")
+    if actions is not None and len(actions):
+        ended = pd.concat([ended, actions[[*keys, "ended_by"]]], ignore_index=True)
+    run_index = pd.MultiIndex.from_frame(runs[keys])
+    for budget in BUDGETS:
+        hit = ended.loc[ended["ended_by"] == budget, keys].drop_duplicates()
+        breached = run_index.isin(pd.MultiIndex.from_frame(hit))
+        if budget == BY_DEADLINE and "fail_reason" in runs:
+            breached |= (runs["fail_reason"] == FAIL_DEADLINE).to_numpy(bool)
+        row[f"breach_{budget}"] = float(breached.mean()) if n_runs else np.nan
+    for name in ("refused_retries", "refused_starts"):
+        row[name] = int(runs[name].sum()) if name in runs else 0
+    orphan = calls["orphan"].to_numpy(bool) if "orphan" in calls else np.zeros(len(calls), bool)
+    row["orphan_calls"] = int(orphan.sum())
+    row["orphan_tokens"] = int((calls["input_tokens"] + calls["output_tokens"])[orphan].sum())
+    row["orphan_cost_usd"] = float(calls.loc[orphan, "cost_usd"].sum())
+    if actions is not None:
+        row |= action_counts(actions)
+    else:
+        row |= {"duplicate_actions": 0, "late_actions": 0, "unknown_actions": 0}
+    return row
 
 
 def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[str, object]:

@@ -152,6 +152,8 @@ def _write_run_files(
         result.breakdown.to_csv(staging / "breakdown.csv", index=False)
         result.requests.to_parquet(staging / "requests.parquet", index=False)
         result.calls.to_parquet(staging / "calls.parquet", index=False)
+        if not result.actions.empty:  # tool steps only
+            result.actions.to_parquet(staging / "actions.parquet", index=False)
         (staging / "scenario.resolved.yaml").write_text(resolved_yaml(result), encoding="utf-8")
         _write_json(staging / "run.json", run_metadata(result, source, version))
         if figures:

@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from sim.actions import ACTION_COLUMNS, actions_frame
 from sim.arrivals import arrival_times
 from sim.breakdown import breakdown, provider_limits
 from sim.capacity import check_fits
 from sim.config import Scenario
+from sim.deadlines import admission_needs_pilot, resolve_expected, rules_for
 from sim.engine import Simulation, serving_latencies
 from sim.errors import ScenarioError
 from sim.metrics import calls_frame, requests_frame, summarize
-from sim.pilot import resolve_thresholds
+from sim.pilot import needs_pilot, resolve_thresholds, step_latencies
 from sim.policies import build_policy
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Workflow
@@ -38,6 +40,8 @@ class RunResult:
     requests: pd.DataFrame
     calls: pd.DataFrame
     wall_s: dict[str, float] = field(default_factory=dict)
+    #: Tool steps' action records (actions.parquet), empty without tool steps.
+    actions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ACTION_COLUMNS))
 
     @property
     def breakdown(self) -> pd.DataFrame:
@@ -82,7 +86,11 @@ def run(
     check_fits(scenario, n, names)
 
     started = time.perf_counter()
-    thresholds = resolve_thresholds(scenario, seed)
+    measured = None
+    if needs_pilot(scenario) or admission_needs_pilot(scenario):
+        measured = step_latencies(scenario, seed)
+    thresholds = resolve_thresholds(scenario, seed, measured)
+    expected = resolve_expected(scenario, measured)
     wall = {"pilot": time.perf_counter() - started}
 
     streams = Streams(seed, "main")
@@ -90,19 +98,23 @@ def run(
     bank = CallDrawBank(streams.child("calls"), n)
     latencies = serving_latencies(scenario)
     steps = Workflow.from_scenario(scenario).steps
-    request_tables, call_tables = [], []
+    request_tables, call_tables, action_tables = [], [], []
     for name in names:
         began = time.perf_counter()
         policy = build_policy(name, scenario.policies[name], scenario, steps, thresholds[name])
-        sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
+        rules = rules_for(scenario, name, expected[name])
+        sim = Simulation(scenario, policy, bank, streams, latencies=latencies, rules=rules)
         tick = (lambda k, _name=name: progress(_name, k)) if progress else None
         records = sim.run(arrivals, tick)
         request_tables.append(requests_frame(records))
         call_tables.append(calls_frame(records))
+        action_tables.append(actions_frame(records))
         wall[name] = time.perf_counter() - began
     requests_table = pd.concat(request_tables, ignore_index=True)
     calls_table = pd.concat(call_tables, ignore_index=True)
+    actions_table = pd.concat(action_tables, ignore_index=True)
     counted_requests, counted_calls = after_warmup(requests_table, calls_table, scenario.warmup_s)
+    counted_actions = _kept(actions_table, counted_requests)
     return RunResult(
         scenario=scenario,
         seed=seed,
@@ -112,11 +124,23 @@ def run(
             counted_requests,
             counted_calls,
             {m: spec.quality for m, spec in scenario.models.items()},
+            actions=counted_actions,
+            first_signal_s=scenario.first_signal_s,
         ),
         requests=requests_table,
         calls=calls_table,
         wall_s=wall,
+        actions=actions_table,
     )
+
+
+def _kept(actions: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """The actions of the requests the statistics count (see `after_warmup`)."""
+    if actions.empty:
+        return actions
+    index = pd.MultiIndex.from_frame(requests[["policy", "request_id"]].drop_duplicates())
+    keep = pd.MultiIndex.from_frame(actions[["policy", "request_id"]]).isin(index)
+    return actions[keep].reset_index(drop=True)
 
 
 def after_warmup(
