@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from sim.analytic import wilson_interval
 
@@ -90,6 +89,8 @@ def hit_rate_interval(
 
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """The Student-t interval of the mean of `values` (NaN with fewer than 2 finite values)."""
+    from scipy import stats  # noqa: PLC0415 - slow import, needed only here
+
     finite = values[np.isfinite(values)]
     if len(finite) < 2:
         return math.nan, math.nan
