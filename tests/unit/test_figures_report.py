@@ -14,8 +14,9 @@ from click.testing import CliRunner
 import sim
 from sim.aggregate import aggregate_replications, hit_rate_interval
 from sim.cli import main
-from sim.plots import pareto_frontier, policy_colors
+from sim.plots import folder_figures, pareto_frontier, policy_colors
 from sim.reading import read_policies
+from sim.scenario import scenario_from_dict
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +43,15 @@ def sweep_folder(tmp_path_factory: pytest.TempPathFactory, contract_path: Path) 
 def test_interval_is_never_zero_width() -> None:
     # two replications that agree exactly still get the binomial width
     lo, hi, method = hit_rate_interval(np.array([0.978, 0.978]), 978 * 2, 1000 * 2)
-    assert method == "t+wilson" and lo < 0.978 < hi
+    assert method == "t+wilson"
+    assert lo < 0.978 < hi
     lo1, hi1, method1 = hit_rate_interval(np.array([0.978]), 978, 1000)
-    assert method1 == "wilson" and lo1 < 0.978 < hi1
+    assert method1 == "wilson"
+    assert lo1 < 0.978 < hi1
     # replications that disagree widen it beyond the binomial
     lo2, hi2, _ = hit_rate_interval(np.array([0.5, 0.9]), 1400, 2000)
-    assert lo2 < lo1 and hi2 > 0.9
+    assert lo2 < lo1
+    assert hi2 > 0.9
 
 
 def test_pooled_cost_per_success_never_flatters_failure() -> None:
@@ -77,7 +81,8 @@ def test_pareto_frontier_keeps_only_undominated_points() -> None:
 def test_a_policy_keeps_its_colour_in_every_figure() -> None:
     a = policy_colors(["wait", "race", "mine"])
     b = policy_colors(["race", "hedge", "wait"])
-    assert a["wait"] == b["wait"] and a["race"] == b["race"]
+    assert a["wait"] == b["wait"]
+    assert a["race"] == b["race"]
     assert len({a["wait"], a["race"], a["mine"]}) == 3
 
 
@@ -119,8 +124,6 @@ def test_plot_on_a_sweep_folder_draws_the_sweep_cleanly(sweep_folder: Path) -> N
     assert result.exit_code == 0, result.output
     assert (sweep_folder / "figures" / "sweep.png").is_file()
     assert (sweep_folder / "figures" / "pareto.png").is_file()
-    from sim.plots import folder_figures
-
     figures = dict(folder_figures(sweep_folder))
     legends = figures["sweep"].legends
     assert len(legends) == 1  # one legend, not one per line
@@ -145,8 +148,11 @@ def _report(folder: Path) -> str:
 
 
 def _check_self_contained(page: str) -> None:
-    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert "<script" not in page and "<link" not in page and "@import" not in page
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.rstrip().endswith("</html>")
+    assert "<script" not in page
+    assert "<link" not in page
+    assert "@import" not in page
     # every resource is inline: no src or href that reaches outside the file
     for url in re.findall(r'(?:src|href)="([^"]*)"', page):
         assert url.startswith("data:image/png;base64,"), url[:60]
@@ -164,7 +170,8 @@ def test_report_of_a_run_is_self_contained_and_complete(run_folder: Path) -> Non
     summary = pd.read_csv(run_folder / "summary.csv")
     for policy in summary["policy"]:
         assert f'<td class="l">{policy}</td>' in page
-    assert "$/success" in page and "deadline_s:" in page
+    assert "$/success" in page
+    assert "deadline_s:" in page
     assert "meets the deadline most often" in page
 
 
@@ -197,8 +204,6 @@ def test_reading_says_when_differences_are_noise() -> None:
 
 
 def test_run_result_saves_and_plots(tmp_path: Path, contract_data: dict[str, Any]) -> None:
-    from sim.scenario import scenario_from_dict
-
     scenario = scenario_from_dict({**contract_data, "pilot": {"requests": 40}}, source="c.yaml")
     result = sim.run(scenario, requests=30, policies=["wait"])
     folder = result.save(tmp_path / "r", figures=False)

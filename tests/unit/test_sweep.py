@@ -96,7 +96,8 @@ def test_sweep_cli_writes_the_stacked_and_pooled_tables(
     assert sorted(set(stacked["providers.direct.concurrency"])) == [24, 32, 48, 64]
     assert len(stacked) == 4 * 2  # four slot counts, two replications, one policy
     pooled = pd.read_csv(out / "summary.csv")
-    assert len(pooled) == 4 and set(pooled["replications"]) == {2}
+    assert len(pooled) == 4
+    assert set(pooled["replications"]) == {2}
     assert (out / "requests.parquet").is_file()
     assert (out / "figures" / "sweep.png").read_bytes().startswith(b"\x89PNG")
     assert "providers.direct.concurrency" in result.stdout

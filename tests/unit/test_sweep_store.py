@@ -90,13 +90,15 @@ def test_summary_pools_replications_and_writes_the_store(tiny: Path, tmp_path: P
     assert sweep_cli(str(tiny), "--out", str(out), "--no-plot").exit_code == 0
     summary = pd.read_csv(out / "summary.csv")
     reps = pd.read_csv(out / "replications.csv")
-    assert len(summary) == 2 * 2 and len(reps) == 2 * 2 * 2
+    assert len(summary) == 2 * 2
+    assert len(reps) == 2 * 2 * 2
     assert set(summary["replications"]) == {2}
     assert (summary["hit_rate_lo"] < summary["hit_rate_hi"]).all()  # never zero-width
     assert (summary["hit_rate_lo"] <= summary["hit_rate"]).all()
     assert (summary["hit_rate"] <= summary["hit_rate_hi"]).all()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and len(manifest["points"]) == 4
+    assert manifest["status"] == "complete"
+    assert len(manifest["points"]) == 4
     assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(
         p["key"] for p in manifest["points"]
     )
@@ -168,7 +170,8 @@ def test_a_sweep_killed_with_sigkill_resumes(tiny: Path, tmp_path: Path) -> None
     assert 1 <= finished < 4
     assert not (out / "summary.csv").exists()
     status = CliRunner().invoke(main, ["plot", str(out)])
-    assert status.exit_code == 2 and "not finished" in status.stderr
+    assert status.exit_code == 2
+    assert "not finished" in status.stderr
     result = CliRunner().invoke(main, command[3:])  # the same command again
     assert result.exit_code == 0, result.output
     assert f"{finished} of 4 points already finished, skipping them" in result.stderr
@@ -219,7 +222,8 @@ def test_a_foreign_folder_is_refused(tiny: Path, tmp_path: Path) -> None:
 
 def test_the_python_api_mirrors_the_cli(tiny: Path, tmp_path: Path) -> None:
     result = sim.sweep(tiny, policies=["wait"], requests=40)
-    assert len(result.summary) == 4 and len(result.aggregate) == 2
+    assert len(result.summary) == 4
+    assert len(result.aggregate) == 2
     assert list(result.summary.columns[:3]) == [
         "providers.direct.concurrency",
         "replication",
