@@ -144,8 +144,7 @@ def _ecdf(
     ax.text(deadline_s, 0.03, " deadline", ha="left", va="bottom", fontsize=9)
     if log:
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(mpl.ticker.FuncFormatter(_minor_label))
+        _plain_log(ax.xaxis)
     ax.set(
         xlabel="end-to-end latency of a run (s"
         + (", log scale" if log else "")
@@ -157,10 +156,16 @@ def _ecdf(
     ax.yaxis.set_major_formatter(mpl.ticker.PercentFormatter(1.0))
 
 
+def _plain_log(axis: mpl.axis.Axis) -> None:
+    """Plain numbers (0.2, 1, 5) on a log axis instead of powers of ten."""
+    axis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(mpl.ticker.FuncFormatter(_minor_label))
+
+
 def _minor_label(value: float, _pos: int) -> str:
     """Label 2x, 3x and 5x minor ticks of a log axis, so a short range still has numbers."""
     lead = value / 10 ** np.floor(np.log10(value))
-    return f"{value:g}" if round(lead) in (2, 3, 5) else ""
+    return f"{value:g}" if round(lead) in (2, 5) else ""
 
 
 def ecdf_figure(
@@ -210,6 +215,9 @@ def pareto_figure(summary: pd.DataFrame, title: str = "") -> Figure:
             markersize=7,
             alpha=0.9,
         )
+    if _wide(summary["cost_per_success_usd"]):
+        ax.set_xscale("log")
+        _plain_log(ax.xaxis)
     front = pareto_frontier(cost, hit)
     if len(front):
         ax.plot(cost[front], hit[front], color="black", linewidth=1.2, linestyle=":")
@@ -427,6 +435,10 @@ def sweep_figure(aggregate: pd.DataFrame, keys: list[str], title: str = "") -> F
         if not numeric:
             ax.set_xticks(range(len(x_values)), [str(v) for v in x_values])
     axes[0].yaxis.set_major_formatter(mpl.ticker.PercentFormatter(1.0))
+    if _wide(aggregate["cost_per_success_usd"]):
+        axes[1].set_yscale("log")
+        _plain_log(axes[1].yaxis)
+        axes[1].set_ylabel("cost per success (USD, log scale)")
     extra = [
         Line2D([], [], color="0.3", linestyle=styles[k % len(styles)], label=f"{style_key}={v}")
         for k, v in enumerate(style_values)
@@ -435,6 +447,12 @@ def sweep_figure(aggregate: pd.DataFrame, keys: list[str], title: str = "") -> F
     _legend(fig, colors, extra)
     fig.suptitle(title or "Sweep")
     return fig
+
+
+def _wide(values: pd.Series) -> bool:
+    """Whether positive values span more than 10x (then a log axis reads better)."""
+    finite = values[np.isfinite(values) & (values > 0)]
+    return len(finite) > 1 and finite.max() / finite.min() > 10
 
 
 def _ci_words(aggregate: pd.DataFrame) -> str:

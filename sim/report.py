@@ -36,7 +36,7 @@ max-width:1250px;color:#222;line-height:1.45;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;
 margin-top:2rem}.meta{color:#666;font-size:.9rem}
 table{border-collapse:collapse;font-size:.88rem;margin:.5rem 0}
-th,td{border:1px solid #ddd;padding:.25rem .55rem;text-align:right}
+th,td{border:1px solid #ddd;padding:.25rem .55rem;text-align:right;white-space:nowrap}
 th{background:#f4f4f4}td.l,th.l{text-align:left}
 figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{color:#555;font-size:.9rem}
@@ -97,7 +97,7 @@ def render(folder: Path) -> str:
         *[f"<li>{html.escape(line)}</li>" for line in reading],
         "</ul></section>",
         '<section id="comparison"><h2>Comparison</h2>',
-        comparison_table(summary, keys),
+        '<div style="overflow-x:auto">' + comparison_table(summary, keys) + "</div>",
         '<p class="meta">Hit rate: runs answered within the deadline, 95% interval in '
         "brackets. $/success: every billed call over delivered answers. Definitions: "
         "docs/metrics.md.</p></section>",
