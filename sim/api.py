@@ -39,6 +39,6 @@ def sweep(
 
 def report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write folder/report.html (or `out`) for a run or sweep folder; returns its path."""
-    from sim.report import write_report  # noqa: PLC0415 - slow import, on demand
+    from sim.report_html import write_report  # noqa: PLC0415 - slow import, on demand
 
     return write_report(Path(folder), Path(out) if out is not None else None)

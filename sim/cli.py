@@ -339,7 +339,7 @@ def report(folder: Path, out_file: Path | None) -> None:
     every figure (embedded), the breakdown, the resolved scenario and a plain-language reading."""
     with bad_input_exits():
         check_results_folder(folder)
-    from sim.report import write_report  # noqa: PLC0415 - slow import, on demand
+    from sim.report_html import write_report  # noqa: PLC0415 - slow import, on demand
 
     with bad_input_exits():
         path = write_report(folder, out_file)
