@@ -11,6 +11,7 @@ Speed-up needs the cores to be free: on a machine shared with other jobs the num
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +48,11 @@ def main() -> None:
             out = Path(tmp) / executor
             walls[executor] = timed_sweep(out, executor, args.workers, args.requests)
             tables[executor] = (out / "summary.csv").read_bytes()
-    print(f"default sweep (8 points), {args.workers} workers:")
+    load = os.getloadavg()[0]
+    print(
+        f"default sweep (8 points), {args.workers} workers; load average {load:.1f} on "
+        f"{os.cpu_count()} cores (a speed-up needs idle cores)"
+    )
     for executor in executors:
         same = "identical" if tables[executor] == tables["inline"] else "DIFFERENT"
         print(
