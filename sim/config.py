@@ -478,10 +478,32 @@ class BillingSpec(Spec):
 
 
 class SweepSpec(Spec):
-    """A grid of key-path overrides run by `tailsim sweep`."""
+    """A grid of key-path overrides run by `tailsim sweep`, and `zip`: paired lists whose i-th
+    values are set together (one axis of the grid, not a product)."""
 
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
+    zip: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     replications: Annotated[int, Field(ge=1)] = 1
+
+    @model_validator(mode="after")
+    def _zip_lists_pair_up(self) -> SweepSpec:
+        lengths = {key: len(values) for key, values in self.zip.items()}
+        if len(set(lengths.values())) > 1:
+            first = next(iter(lengths))
+            problems = [
+                (
+                    ("zip", key),
+                    f"has {n} values, but {first} has {lengths[first]}: paired lists "
+                    "must be equally long",
+                )
+                for key, n in lengths.items()
+                if n != lengths[first]
+            ]
+            raise FieldError(*problems[0], *problems[1:])
+        both = [key for key in self.zip if key in self.grid]
+        if both:
+            raise FieldError(("zip", both[0]), "is also in sweep.grid: a key is swept one way")
+        return self
 
 
 class Scenario(Spec):

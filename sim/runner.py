@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -24,6 +26,9 @@ from sim.pilot import resolve_thresholds
 from sim.policies import build_policy
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Workflow
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -43,6 +48,21 @@ class RunResult:
     def breakdown(self) -> pd.DataFrame:
         """Why each policy did as it did: failures by reason and step, load per provider."""
         return breakdown(self.requests, self.calls, provider_limits(self.scenario.providers))
+
+    def save(self, folder: str | Path, figures: bool = True) -> Path:
+        """Write the run's result files to `folder` (as `tailsim run --out` does)."""
+        from sim import __version__  # noqa: PLC0415
+        from sim.results import write_results  # noqa: PLC0415 - files are not the engine's job
+
+        return write_results(self, Path(folder), self.scenario.name, __version__, figures)
+
+    def plot(self) -> Figure:
+        """The run's comparison figure (latency against the deadline; the trade), for a notebook."""
+        from sim.plots import policy_comparison  # noqa: PLC0415 - slow import, on demand
+
+        return policy_comparison(
+            self.summary, self.requests, self.scenario.deadline_s, self.scenario.name
+        )
 
 
 def chosen_policies(
