@@ -16,10 +16,18 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.config import Scenario
-from sim.latency import CallLatency
+from sim.config import Scenario, ValidatorSpec
+from sim.latency import U_OUTCOME, CallLatency, LogNormal
 from sim.policies import Attempt, Policy
-from sim.provider import OUTCOME_CANCELLED, Call, Provider, Serving
+from sim.provider import (
+    OUTCOME_CANCELLED,
+    OUTCOME_INVALID,
+    OUTCOME_OK,
+    OUTCOME_TRUNCATED,
+    Call,
+    Provider,
+    Serving,
+)
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Step, Workflow
 
@@ -38,22 +46,30 @@ class Run:
 
     __slots__ = (
         "active",
+        "answered",
         "arrival",
         "calls",
         "closed",
         "cost",
         "deadline_at",
+        "drafts_kept",
+        "drafts_upgraded",
         "end",
         "fail_reason",
         "fail_step",
         "failed",
         "index",
         "ok",
+        "quality",
+        "quality_sum",
         "remaining",
         "resend",
         "running",
         "tokens",
         "unresolved",
+        "valid",
+        "valid_hit",
+        "valid_steps",
     )
 
     def __init__(
@@ -76,6 +92,15 @@ class Run:
         self.active: set[simpy.Process] = set()
         self.remaining = [len(s.depends_on) for s in workflow.steps]
         self.unresolved = len(workflow.steps)
+        # answers: is each step's answer valid (its own and everything it was built on)
+        self.valid_steps = [True] * len(workflow.steps)
+        self.answered = 0  # steps with an accepted answer
+        self.quality_sum = 0.0  # sum of the answering models' quality
+        self.valid = False  # set at the end: every required answer valid
+        self.quality = math.nan  # set at the end of a delivered run
+        self.valid_hit = False  # on time, every required answer valid, quality >= the floor
+        self.drafts_kept = 0
+        self.drafts_upgraded = 0
 
 
 @dataclass
@@ -126,6 +151,13 @@ class Simulation:
         }
         self.runs: list[Run] = []
         self.calls: list[Call] = []
+        self.model_quality = {m: spec.quality for m, spec in scenario.models.items()}
+        self.quality_floor = scenario.quality_floor
+        self.lengths = {
+            s.id: LogNormal.from_median_p99(s.length.median, s.length.p99)
+            for s in self.workflow.steps
+            if s.length is not None
+        }
         retry = scenario.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
         self._resend_uniforms: dict[int, np.ndarray] = {}
@@ -171,6 +203,12 @@ class Simulation:
         run.closed = True
         run.ok = ok
         run.end = end
+        if ok:
+            steps = self.workflow.steps
+            run.valid = all(run.valid_steps[s.index] for s in steps if s.required)
+            mean = run.quality_sum / run.answered if run.answered else 1.0
+            run.quality = mean if run.valid else 0.0
+            run.valid_hit = run.valid and run.quality >= self.quality_floor - 1e-12
         for process in list(run.active):
             self._cancel(run, process)
         if not ok and self._resend_probability > 0:
@@ -201,10 +239,22 @@ class Simulation:
             handle = _StepRun(self, run, step)
             run.running = step.id
             ok = yield from self.policy.execute(handle)
+            if ok and not run.closed:
+                self._answered(run, step, handle.answer)
             ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
             step = ready[0] if ready else None
             for other in ready[1:]:
                 self.env.process(self._step(run, other))
+
+    def _answered(self, run: Run, step: Step, answer: Call | None) -> None:
+        """Record the answer a step delivered: its model's quality, and whether it is valid
+        (an invalid answer, or one built on an invalid one, breaks quality, not latency)."""
+        if answer is None:
+            return
+        run.answered += 1
+        run.quality_sum += self.model_quality[answer.model]
+        valid = answer.valid and all(run.valid_steps[d] for d in step.depends_on)
+        run.valid_steps[step.index] = valid
 
     def _resolve(self, run: Run, step: Step, ok: bool, outcome: str) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
@@ -240,7 +290,8 @@ class Simulation:
     def _call(
         self, handle: _StepRun, attempt: int, plan: Attempt
     ) -> Generator[simpy.Event, Any, Call | None]:
-        """One attempt: draw its latency (common random numbers), live it on its provider."""
+        """One attempt: draw its latency and length (common random numbers), live it on its
+        provider, truncate it at `max_tokens`, and pass it through the step's validator."""
         run, step = handle.run, handle.step
         if run.closed:
             return None
@@ -251,35 +302,66 @@ class Simulation:
             step.id, attempt, run.resend, (plan.provider, plan.model), latency, step.output_tokens
         )
         i = run.index
+        ttft, generation, tokens = draws.ttft[i], draws.generation[i], step.output_tokens
+        if latency.ttft_s_per_ktok > 0:  # prefill grows with the prompt
+            ttft += latency.ttft_s_per_ktok * step.input_tokens / 1000
+        length = self.lengths.get(step.id)
+        if length is not None:  # this call's answer length; generation time scales with it
+            u = self.bank.length_uniforms(step.id, attempt, run.resend)[i]
+            tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
+            generation *= tokens / step.output_tokens
+        truncated = step.max_tokens is not None and tokens > step.max_tokens
+        if truncated:
+            generation *= step.max_tokens / tokens  # type: ignore[operator]
+            tokens = step.max_tokens  # type: ignore[assignment]
         call = Call(
-            run,
-            step.id,
-            attempt,
-            plan.provider,
-            plan.model,
-            env.now,
-            step.input_tokens,
-            step.output_tokens,
+            run, step.id, attempt, plan.provider, plan.model, env.now, step.input_tokens, tokens
         )
+        handle.flights[attempt] = Flight(call, ttft, generation, draws.stall[i])
         process = env.active_process
         run.active.add(process)
         try:
             yield from provider.call(
-                call,
-                draws.ttft[i],
-                draws.generation[i],
-                draws.stall[i],
-                draws.outcome[i],
-                plan.give_up_after,
+                call, ttft, generation, draws.stall[i], draws.outcome[i], plan.give_up_after
             )
+            if truncated and call.outcome == OUTCOME_OK:
+                call.outcome = OUTCOME_TRUNCATED
+            validator = step.validator
+            if validator is not None and call.outcome in (OUTCOME_OK, OUTCOME_INVALID):
+                yield from self._validate(run, call, validator, latency, attempt)
         finally:
             run.active.discard(process)
         handle.last_outcome = call.outcome
+        if call.outcome == OUTCOME_OK:
+            handle.answer = call
         run.calls += 1
         run.cost += call.cost
         run.tokens += call.billed_input + call.billed_output
         self.calls.append(call)
         return call
+
+    def _validate(
+        self, run: Run, call: Call, validator: ValidatorSpec, latency: CallLatency, attempt: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """The step's validator checks an answer: it takes `latency_s`, costs `cost`, and
+        rejects an invalid answer with probability `catches` (the rest pass as if valid)."""
+        call.cost += validator.cost
+        if validator.latency_s > 0:
+            try:
+                yield self.env.timeout(validator.latency_s)
+            except simpy.Interrupt:
+                call.outcome = OUTCOME_CANCELLED
+                call.end = self.env.now
+                return
+            call.end = self.env.now
+        if call.outcome != OUTCOME_INVALID:
+            return
+        # where this call's outcome uniform fell inside the invalid band: uniform on [0, 1),
+        # independent of everything else, and common to every policy
+        v = float(self.bank.uniforms(call.step, attempt, run.resend)[run.index, U_OUTCOME])
+        w = (v - latency.error_rate) / latency.invalid_rate if latency.invalid_rate > 0 else 0.0
+        if not w < validator.catches:
+            call.outcome, call.valid = OUTCOME_OK, False
 
     @staticmethod
     def _cancel(run: Run, process: simpy.Process) -> None:
@@ -291,7 +373,7 @@ class Simulation:
 class _StepRun:
     """The engine's handle for a policy running one step of one run."""
 
-    __slots__ = ("env", "last_outcome", "run", "sim", "step")
+    __slots__ = ("answer", "env", "flights", "last_outcome", "run", "sim", "step")
 
     def __init__(self, sim: Simulation, run: Run, step: Step) -> None:
         self.sim = sim
@@ -299,6 +381,8 @@ class _StepRun:
         self.run = run
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
+        self.answer: Call | None = None  # the answer the step delivers (last ok by default)
+        self.flights: dict[int, Flight] = {}  # every attempt's call and its drawn times
 
     @property
     def closed(self) -> bool:
@@ -317,6 +401,73 @@ class _StepRun:
 
     def cancel(self, process: simpy.Process) -> None:
         Simulation._cancel(self.run, process)
+
+    def accept(self, call: Call) -> None:
+        """The step delivers this call's answer (a draft kept, or the primary's upgrade)."""
+        self.answer = call
+
+    def note_draft(self, kept: bool) -> None:
+        """Count a draft race's result: the draft kept, or upgraded to the primary's answer."""
+        if kept:
+            self.run.drafts_kept += 1
+        else:
+            self.run.drafts_upgraded += 1
+
+    def first_token(self, attempt: int) -> bool:
+        """True once attempt `attempt` has streamed its first token (what a client sees)."""
+        flight = self.flights.get(attempt)
+        return flight is not None and flight.first_token_at() <= self.env.now
+
+    def projected_left(self, attempt: int) -> float:
+        """Seconds attempt `attempt` still needs at the rate its tokens flowed over the last
+        second (inf with no first token yet or no token in the last second): what a streaming
+        client can estimate, not the drawn truth."""
+        flight = self.flights.get(attempt)
+        return math.inf if flight is None else flight.projected_left(self.env.now, self.step)
+
+
+@dataclass(slots=True)
+class Flight:
+    """An attempt's call and its drawn times, to tell what a streaming client sees of it."""
+
+    call: Call
+    ttft: float
+    generation: float
+    stall: float
+
+    def first_token_at(self) -> float:
+        """When the first token arrives (inf while still queued or once cut before it)."""
+        call = self.call
+        if math.isnan(call.queue):  # still queued
+            return math.inf
+        at = call.start + call.queue + self.ttft
+        return math.inf if call.outcome and call.end < at else at
+
+    def emitted(self, at: float) -> float:
+        """Tokens streamed by time `at`: evenly over generation, with the stall at mid-stream."""
+        tau = at - self.first_token_at()
+        tokens, g, s = self.call.output_tokens, self.generation, self.stall
+        if tau <= 0:
+            return 0.0
+        if g <= 0 or tau >= g + s:
+            return float(tokens)
+        if tau <= g / 2:
+            return tokens * tau / g
+        if tau <= g / 2 + s:
+            return tokens / 2
+        return tokens * (tau - s) / g
+
+    def projected_left(self, now: float, step: Step) -> float:
+        """Seconds left at the last second's token rate towards the expected length."""
+        if self.call.outcome or self.first_token_at() > now:
+            return 0.0 if self.call.outcome else math.inf
+        window = min(1.0, now - self.first_token_at())
+        done = self.emitted(now)
+        rate = (done - self.emitted(now - window)) / window if window > 0 else 0.0
+        target = max(float(step.output_tokens), done)
+        if target - done <= 0:
+            return 0.0
+        return (target - done) / rate if rate > 0 else math.inf
 
 
 def serving_latencies(scenario: Scenario) -> dict[tuple[str, str], CallLatency]:

@@ -25,6 +25,7 @@ OUTCOME_ERROR = "error"
 OUTCOME_TIMEOUT = "timeout"
 OUTCOME_CANCELLED = "cancelled"
 OUTCOME_RATE_LIMITED = "rate_limited"
+OUTCOME_TRUNCATED = "truncated"  # cut at the step's max_tokens: invalid, caught for free
 OUTCOMES = (
     OUTCOME_OK,
     OUTCOME_INVALID,
@@ -32,6 +33,7 @@ OUTCOMES = (
     OUTCOME_TIMEOUT,
     OUTCOME_CANCELLED,
     OUTCOME_RATE_LIMITED,
+    OUTCOME_TRUNCATED,
 )
 _DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
 #: Relative tolerance under which two simulated times are the same instant (float rounding).
@@ -59,6 +61,7 @@ class Call:
     cost: float = 0.0
     retry_after: float = math.nan  # a 429's Retry-After: seconds until the quota admits it
     quota_tokens: int = 0  # tokens the provider's TPM quota took at admission (0 for a 429)
+    valid: bool = True  # False: an invalid answer the step's validator let through (outcome ok)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ from sim.config import Scenario
 from sim.engine import Simulation, serving_latencies
 from sim.errors import ScenarioError
 from sim.metrics import calls_frame, requests_frame, summarize
-from sim.pilot import resolve_thresholds
-from sim.policies import build_policy
+from sim.pilot import resolve_specs, thresholds_of
+from sim.policies import build_resolved
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Workflow
 
@@ -69,7 +69,8 @@ def run(
     names = chosen_policies(scenario, policies)
 
     started = time.perf_counter()
-    thresholds = resolve_thresholds(scenario, seed)
+    specs = resolve_specs(scenario, seed)
+    thresholds = thresholds_of(specs)
     wall = {"pilot": time.perf_counter() - started}
 
     streams = Streams(seed, "main")
@@ -80,7 +81,7 @@ def run(
     request_tables, call_tables = [], []
     for name in names:
         began = time.perf_counter()
-        policy = build_policy(name, scenario.policies[name], scenario, steps, thresholds[name])
+        policy = build_resolved(name, specs[name], scenario, steps)
         sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
         tick = (lambda k, _name=name: progress(_name, k)) if progress else None
         records = sim.run(arrivals, tick)
