@@ -229,6 +229,109 @@ def plot(folder: Path) -> None:
     out.print(f"figure: {path}", markup=False)
 
 
+@main.command(name="tune")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Scenario file to write: SCENARIO plus the winner as policy `tuned`.",
+)
+@click.option(
+    "--requests",
+    "-n",
+    type=click.IntRange(min=20),
+    help="Requests per candidate at the last rung, and in the comparison (default: `requests`).",
+)
+@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@click.option(
+    "--max-cost-per-request",
+    "max_cost",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Cost cap, USD per request (default: none).",
+)
+@click.option(
+    "--min-quality",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Floor on the mean quality of delivered runs (default: none).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
+def tune_command(
+    scenario: Path,
+    out_file: Path,
+    requests: int | None,
+    seed: int | None,
+    max_cost: float | None,
+    min_quality: float,
+    quiet: bool,
+) -> None:
+    """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
+    from sim.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
+
+    with bad_input_exits(), _tune_progress(quiet) as tick:
+        outcome = run_tune(
+            scenario,
+            out_file,
+            requests=requests,
+            seed=seed,
+            max_cost=max_cost,
+            min_quality=min_quality,
+            progress=tick,
+        )
+    if not quiet:
+        out.print(tune_table(outcome.comparison, outcome.note))
+        out.print(f"written: {out_file} (run it with: tailsim run {out_file})", markup=False)
+
+
+@contextmanager
+def _tune_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar over the search's evaluations on stderr (lines when not a terminal)."""
+    if quiet:
+        yield None
+        return
+    if not err.is_terminal:
+        last: list[str] = [""]
+
+        def line(stage: str, done: int, total: int) -> None:
+            if stage != last[0]:
+                err.print(f"tune: {stage}", markup=False)
+                last[0] = stage
+
+        yield line
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("tune", total=1)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=stage)
+
+        yield tick
+
+
+def tune_table(summary: pd.DataFrame, note: str) -> Table:
+    """The tuned policy beside every hand-written one, on the scenario's own seed."""
+    table = Table(title=note, title_justify="left")
+    for header in ("policy", "valid hit rate", "hit rate", "$/request", "quality"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for row in summary.to_dict("records"):
+        table.add_row(
+            str(row["policy"]),
+            f"{row['valid_hit_rate']:.2%}",
+            f"{row['hit_rate']:.2%}",
+            _num(row["cost_per_request_usd"], 4),
+            _num(row["quality_mean"], 3),
+        )
+    return table
+
+
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of the scenario format (for editors)."""

@@ -301,22 +301,32 @@ class Adaptive(Policy):
                         yield env.timeout(call.retry_after)
                         if run.closed:
                             return False
-                launch(self._direction(plan, call, info.model))
-            self._checks(run, plan, live, launch)
+                launch(self._direction(run, plan, call.outcome, info.model, used))
+            self._checks(run, plan, live, launch, lambda: used)
         return False
 
     @staticmethod
-    def _direction(plan: AdaptivePlan, call: Call, model: str) -> str:
-        """The model of the next attempt after a failed one: up if wrong, down if too long."""
-        if call.outcome == OUTCOME_INVALID and plan.fall_up is not None:
+    def _direction(run: StepRun, plan: AdaptivePlan, outcome: str, model: str, used: int) -> str:
+        """The model of the next attempt after a failed one: up if the answer was wrong, down
+        if it was too long, down if a re-draw no longer fits the time left or is the last
+        attempt ("almost out: cut fast and fall back"), else the same model re-drawn."""
+        if outcome == OUTCOME_INVALID and plan.fall_up is not None:
             return plan.fall_up
-        if call.outcome == OUTCOME_TRUNCATED and plan.fall_down is not None:
-            return plan.fall_down
-        return model
+        down = plan.fall_down
+        if down is None:
+            return model
+        if outcome == OUTCOME_TRUNCATED or used + 1 >= plan.attempts:
+            return down
+        return down if run.time_left - plan.reserve < plan.cutoff else model
 
-    @staticmethod
+    @classmethod
     def _checks(
-        run: StepRun, plan: AdaptivePlan, live: dict[simpy.Process, _Live], launch: Any
+        cls,
+        run: StepRun,
+        plan: AdaptivePlan,
+        live: dict[simpy.Process, _Live],
+        launch: Any,
+        used: Any,
     ) -> None:
         """Run every check that is due: stuck, hedge, and the diagnosis at the cutoff."""
         now = run.env.now
@@ -332,10 +342,10 @@ class Adaptive(Policy):
                 launch(info.model)
             if info.cutoff_check is not None and now >= info.cutoff_check - _DUE:
                 info.cutoff_check = None
-                if not run.first_token(info.attempt):
+                if not run.first_token(info.attempt):  # stuck past the cutoff: cut it
                     run.cancel(process)
                     del live[process]
-                    launch(info.model)
+                    launch(cls._direction(run, plan, "timeout", info.model, used()))
                 elif run.projected_left(info.attempt) > run.time_left - plan.reserve:
                     if plan.fall_down is not None and plan.fall_down != info.model:
                         run.cancel(process)
