@@ -29,7 +29,7 @@ from sim.scenario import (
 ScenarioFile = Callable[..., Path]
 WriteYaml = Callable[..., Path]
 
-POLICY_KINDS = "wait, cut, race, hedge, downshift"
+POLICY_KINDS = "wait, cut, race, hedge, downshift, adaptive, draft, per_step"
 BIG_DIRECT = "providers.direct.serves.big"
 #: The Azure code-completion trace bundled (with its license) for scenarios/azure-code-burst.yaml.
 AZURE_CODE_TRACE = (
@@ -134,7 +134,7 @@ BAD_VALUES = [
     pytest.param(
         {"workflow.steps[2].modle": "big"},
         "workflow.steps[2].modle",
-        ["did you mean 'model'", "allowed: after, id, input_tokens, model"],
+        ["did you mean 'model'", "allowed: after, id, input_tokens, max_tokens, model"],
         id="unknown-key-step",
     ),
     pytest.param(
