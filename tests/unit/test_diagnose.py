@@ -87,7 +87,8 @@ def test_an_optional_step_that_fails_does_not_fail_its_request() -> None:
     for policy in ("wait", "up"):
         result = one(policy, script | {("opt", 1): error(), ("opt", 2): error()}, steps)
         request = result.requests.iloc[0]
-        assert bool(request.ok) and bool(request.valid_hit), policy
+        assert bool(request.ok), policy
+        assert bool(request.valid_hit), policy
         assert "ok" not in set(result.calls.loc[result.calls.step == "opt", "outcome"])
 
 
@@ -95,7 +96,8 @@ def test_a_truncated_answer_is_invalid_and_billed_to_the_cut() -> None:
     result = one("wait", {}, [step("s1", max_tokens=40)])
     call = result.calls.iloc[0]
     assert call.outcome == OUTCOME_TRUNCATED
-    assert call.output_tokens == 40 and call.end_s == pytest.approx(1.0 + 0.4)  # 40 of 100
+    assert call.output_tokens == 40
+    assert call.end_s == pytest.approx(1.0 + 0.4)
     assert not bool(result.requests.ok.iloc[0])
     assert result.requests.fail_reason.iloc[0] == OUTCOME_TRUNCATED
 
@@ -124,11 +126,14 @@ def test_an_uncaught_invalid_answer_flows_downstream_and_breaks_quality_not_late
     steps = [step("s1", validator=VALIDATED), step("s2", "s1")]
     result = one("wait", {("s1", 0): invalid()}, steps)
     request = result.requests.iloc[0]
-    assert bool(request.ok) and not bool(request.valid) and not bool(request.valid_hit)
+    assert bool(request.ok)
+    assert not bool(request.valid)
+    assert not bool(request.valid_hit)
     assert request.quality == 0.0
     assert request.latency_s == pytest.approx(1.0 + 0.5 + 2.0)  # junk, check, then s2
     first = result.calls.iloc[0]
-    assert first.outcome == "ok" and not bool(first.valid)
+    assert first.outcome == "ok"
+    assert not bool(first.valid)
     assert first.cost_usd == pytest.approx(1000 * 1e-6 + 0.001)  # junk bills input + check
 
 
@@ -137,7 +142,8 @@ def test_a_caught_invalid_answer_is_a_failure_the_policy_handles() -> None:
     result = one("up", {("s1", 0): invalid()}, [dict(steps[0], model="small")])
     assert [c[3] for c in timeline(result.calls)] == ["small", "big"]
     request = result.requests.iloc[0]
-    assert bool(request.valid_hit) and request.latency_s == pytest.approx(1.5 + 2.5)
+    assert bool(request.valid_hit)
+    assert request.latency_s == pytest.approx(1.5 + 2.5)
 
 
 def test_a_quality_floor_makes_a_weak_answer_no_valid_hit() -> None:
@@ -148,7 +154,9 @@ def test_a_quality_floor_makes_a_weak_answer_no_valid_hit() -> None:
     steps = [step("s1", model="small"), step("s2", "s1")]
     result = one("wait", {}, steps, models=models, quality_floor=0.8)
     request = result.requests.iloc[0]
-    assert bool(request.ok) and bool(request.valid) and request.quality == pytest.approx(0.75)
+    assert bool(request.ok)
+    assert bool(request.valid)
+    assert request.quality == pytest.approx(0.75)
     assert not bool(request.valid_hit)
 
 
@@ -171,7 +179,8 @@ def test_the_draft_is_upgraded_when_the_primary_lands_in_time() -> None:
     result = one("draft", {("s1", 0): ok(generation=5.0)})
     request = result.requests.iloc[0]
     assert (request.draft_kept, request.draft_upgraded) == (0, 1)
-    assert request.latency_s == pytest.approx(6.0) and request.quality == 1.0
+    assert request.latency_s == pytest.approx(6.0)
+    assert request.quality == 1.0
 
 
 def test_a_failed_primary_keeps_the_draft_at_once() -> None:

@@ -40,7 +40,8 @@ def test_a_step_map_runs_each_step_with_its_own_policy() -> None:
     scenario = build(STEPS, POLICIES)
     steps = Workflow.from_scenario(scenario).steps
     runtime = build_resolved("mixed", effective_specs(scenario)["mixed"], scenario, steps)
-    assert isinstance(runtime, PerStep) and set(runtime.by_step) == {"a", "b", "c"}
+    assert isinstance(runtime, PerStep)
+    assert set(runtime.by_step) == {"a", "b", "c"}
     result = sim.run(scenario, requests=5, policies=["mixed"])
     calls = result.calls
     assert set(calls.loc[calls.step == "a", "provider"]) == {"p1", "p2"}  # raced
@@ -54,7 +55,10 @@ def test_a_step_map_runs_each_step_with_its_own_policy() -> None:
         ({"x": {"kind": "wait", "steps": {"zz": "wait"}}}, "policies.x.steps.zz", "unknown step"),
         ({"x": {"kind": "wait", "steps": {"a": "nope"}}}, "policies.x.steps.a", "unknown policy"),
         (
-            {"x": {"kind": "wait", "steps": {"a": "y"}}, "y": {"kind": "wait", "steps": {"a": "x"}}},
+            {
+                "x": {"kind": "wait", "steps": {"a": "y"}},
+                "y": {"kind": "wait", "steps": {"a": "x"}},
+            },
             "policies.x.steps.a",
             "policy cycle",
         ),
@@ -116,6 +120,7 @@ def test_lengths_vary_per_call_and_are_common_to_every_policy() -> None:
     calls = result.calls
     wait = calls[calls.policy == "wait"].set_index("request_id")["output_tokens"]
     cut = calls[calls.policy == "cut"].set_index("request_id")["output_tokens"]
-    assert (wait == cut).all() and wait.nunique() > 50
+    assert (wait == cut).all()
+    assert wait.nunique() > 50
     # median of 400 lognormal draws: standard error ~ 1.25 sigma m / sqrt(n) ~ 4 tokens
     assert abs(float(wait.median()) - 100) < 4 * 4
