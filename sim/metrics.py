@@ -38,7 +38,11 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "policy": ("", "policy name from the scenario"),
     "requests": ("count", "unique customer requests"),
     "runs": ("count", "workflow runs: requests plus customer re-sends of failed ones"),
-    "hit_rate": ("fraction", "runs that returned every required step validly within deadline_s"),
+    "hit_rate": (
+        "fraction",
+        "runs that returned every required step validly within deadline_s (as far as the steps' "
+        "checks tell: see valid_hit_rate)",
+    ),
     "hit_rate_lo": ("fraction", "lower end of the 95% Wilson interval of hit_rate"),
     "hit_rate_hi": ("fraction", "upper end of the 95% Wilson interval of hit_rate"),
     "p50_s": (
