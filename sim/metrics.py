@@ -183,16 +183,27 @@ def _quality_mean(
     return float(per_run.reindex(index).mean()) if len(good) else math.nan
 
 
+#: Requests columns and summary metrics about answers (validity, quality, drafts).
+ANSWER_COLUMNS = ("valid", "quality", "valid_hit", "draft_kept", "draft_upgraded")
+ANSWER_METRICS = (
+    "valid_hit_rate",
+    "invalid_delivered_rate",
+    "truncated_per_request",
+    "draft_kept",
+    "draft_upgraded",
+)
+
+
 def _has_answers(runs: pd.DataFrame) -> bool:
     """True if the runs carry the engine's answer columns (valid, quality, valid_hit, ...)."""
-    return all(c in runs for c in REQUEST_COLUMNS[-5:]) and runs["valid_hit"].dtype == bool
+    return all(c in runs for c in ANSWER_COLUMNS) and runs["valid_hit"].dtype == bool
 
 
 def _answer_metrics(runs: pd.DataFrame, calls: pd.DataFrame) -> dict[str, float]:
     """Valid hits, junk delivered, truncations and draft races (NaN without the columns)."""
     n_runs, n_requests = len(runs), max(1, int(runs["request_id"].nunique()))
     if not _has_answers(runs) or not n_runs:
-        return dict.fromkeys(list(SUMMARY_METRICS)[-5:], math.nan)
+        return dict.fromkeys(ANSWER_METRICS, math.nan)
     return {
         "valid_hit_rate": float(runs["valid_hit"].mean()),
         "invalid_delivered_rate": float((runs["ok"] & ~runs["valid"]).mean()),
