@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,6 +71,20 @@ def bad_input_exits() -> Iterator[None]:
     except KeyboardInterrupt:
         err.print("interrupted: no results written", markup=False)
         sys.exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def _interrupt_between_events() -> Iterator[Callable[[], bool]]:
+    """While simulating, Ctrl-C only raises a flag that the engine reads between events (an
+    interrupt inside simpy's bookkeeping could leave it broken); outside, Ctrl-C is as usual."""
+    hit = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: hit.set())
+    try:
+        yield hit.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if hit.is_set():
+        raise KeyboardInterrupt
 
 
 def _policy_names(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -137,8 +153,10 @@ def run(
         check_writable(folder, overwrite=force or out_dir is None)  # before any work
         n = requests or spec.requests
         names = chosen_policies(spec, policies, "--policy")  # unknown names stop here
-        with _progress(names, n, quiet) as tick:
-            result = sim.run(spec, requests=requests, seed=seed, policies=names, progress=tick)
+        with _progress(names, n, quiet) as tick, _interrupt_between_events() as stop:
+            result = sim.run(
+                spec, requests=requests, seed=seed, policies=names, progress=tick, stop=stop
+            )
         folder = write_results(
             result,
             folder,
@@ -367,6 +385,109 @@ def explain(folder: Path) -> None:
         seed = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("seed", "?")
     out.print(summary_table(tables.summary, tables.deadline_s, seed))
     out.print(breakdown_table(reasons))
+
+
+@main.command(name="tune")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Scenario file to write: SCENARIO plus the winner as policy `tuned`.",
+)
+@click.option(
+    "--requests",
+    "-n",
+    type=click.IntRange(min=20),
+    help="Requests per candidate at the last rung, and in the comparison (default: `requests`).",
+)
+@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@click.option(
+    "--max-cost-per-request",
+    "max_cost",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Cost cap, USD per request (default: none).",
+)
+@click.option(
+    "--min-quality",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Floor on the mean quality of delivered runs (default: none).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
+def tune_command(
+    scenario: Path,
+    out_file: Path,
+    requests: int | None,
+    seed: int | None,
+    max_cost: float | None,
+    min_quality: float,
+    quiet: bool,
+) -> None:
+    """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
+    from sim.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
+
+    with bad_input_exits(), _tune_progress(quiet) as tick:
+        outcome = run_tune(
+            scenario,
+            out_file,
+            requests=requests,
+            seed=seed,
+            max_cost=max_cost,
+            min_quality=min_quality,
+            progress=tick,
+        )
+    if not quiet:
+        out.print(tune_table(outcome.comparison, outcome.note))
+        out.print(f"written: {out_file} (run it with: tailsim run {out_file})", markup=False)
+
+
+@contextmanager
+def _tune_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar over the search's evaluations on stderr (lines when not a terminal)."""
+    if quiet:
+        yield None
+        return
+    if not err.is_terminal:
+        last: list[str] = [""]
+
+        def line(stage: str, done: int, total: int) -> None:
+            if stage != last[0]:
+                err.print(f"tune: {stage}", markup=False)
+                last[0] = stage
+
+        yield line
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("tune", total=1)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=stage)
+
+        yield tick
+
+
+def tune_table(summary: pd.DataFrame, note: str) -> Table:
+    """The tuned policy beside every hand-written one, on the scenario's own seed."""
+    table = Table(title=note, title_justify="left")
+    for header in ("policy", "valid hit rate", "hit rate", "$/request", "quality"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for row in summary.to_dict("records"):
+        table.add_row(
+            str(row["policy"]),
+            f"{row['valid_hit_rate']:.2%}",
+            f"{row['hit_rate']:.2%}",
+            _num(row["cost_per_request_usd"], 4),
+            _num(row["quality_mean"], 3),
+        )
+    return table
 
 
 @main.command()

@@ -233,6 +233,9 @@ class ServingSpec(Spec):
     rpm: QuotaLimit = Field(default=None, description="this model's own requests per minute")
     input_tpm: QuotaLimit = Field(default=None, description="this model's input tokens/minute")
     output_tpm: QuotaLimit = Field(default=None, description="this model's output tokens/minute")
+    ttft_s_per_ktok: NonNegativeFloat = Field(
+        default=0.0, description="prefill: extra first-token seconds per 1000 input tokens"
+    )
 
     @model_validator(mode="after")
     def _rates_sum_below_one(self) -> ServingSpec:
@@ -298,17 +301,47 @@ class ModelSpec(Spec):
     quality: Probability = 1.0
 
 
+class LengthSpec(Spec):
+    """An answer length that varies per call: a lognormal from its median and p99 (tokens)."""
+
+    median: Annotated[float, Field(ge=1, allow_inf_nan=False)]
+    p99: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+    @model_validator(mode="after")
+    def _p99_above_median(self) -> LengthSpec:
+        if not self.p99 > self.median:
+            raise FieldError(
+                ("p99",), f"must be greater than median ({self.median:g}), got {self.p99:g}"
+            )
+        return self
+
+
+class ValidatorSpec(Spec):
+    """A post-call check of a step's answers: catches a share of invalid ones, for a price."""
+
+    catches: Probability = Field(description="share of invalid answers it rejects")
+    latency_s: NonNegativeFloat = Field(default=0.0, description="seconds per check")
+    cost: NonNegativeFloat = Field(default=0.0, description="USD per check")
+
+
 class StepSpec(Spec):
     """One LLM step of the workflow."""
 
     id: Name
     model: Name
     input_tokens: Annotated[int, Field(ge=0)] = 1000
-    output_tokens: Annotated[int, Field(ge=1)] = 200
+    output_tokens: Annotated[int, Field(ge=1)] | LengthSpec = Field(
+        default=200, description="answer tokens: a number, or {median, p99} drawn per call"
+    )
     max_tokens: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
-        description="the answer's token cap sent with the call (default: output_tokens); "
-        "reserved at admission by providers with charge: max_tokens",
+        description="the answer's token cap sent with the call: a longer answer is cut there "
+        "(truncated, invalid); providers with charge: max_tokens reserve it at admission "
+        "(default: none; they reserve output_tokens, or a drawn length's p99)",
+    )
+    validator: ValidatorSpec | None = Field(
+        default=None,
+        description="post-call check; without one, junk is caught perfectly and for free",
     )
     after: list[Name] = Field(default_factory=list)
     required: bool = True
@@ -316,19 +349,13 @@ class StepSpec(Spec):
         default=None, description="default: the first provider (in file order) serving the model"
     )
 
-    @model_validator(mode="after")
-    def _max_tokens_cover_output(self) -> StepSpec:
-        if self.max_tokens is not None and self.max_tokens < self.output_tokens:
-            raise FieldError(
-                ("max_tokens",),
-                f"must be at least output_tokens ({self.output_tokens}), got {self.max_tokens}",
-            )
-        return self
-
     @property
     def reserved_output(self) -> int:
-        """The answer's token cap: `max_tokens`, else `output_tokens`."""
-        return self.max_tokens if self.max_tokens is not None else self.output_tokens
+        """The answer's token cap: `max_tokens`, else `output_tokens` (a drawn length's p99)."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        length = self.output_tokens
+        return length if isinstance(length, int) else math.ceil(length.p99)
 
 
 class WorkflowSpec(Spec):
@@ -337,7 +364,22 @@ class WorkflowSpec(Spec):
     steps: Annotated[list[StepSpec], Field(min_length=1)]
 
 
-class WaitPolicy(Spec):
+#: A step's entry in a policy's `steps:` map: another policy's name, a full policy (with
+#: `kind`), or keys of this policy to override for that step.
+StepOverride = Name | dict[str, Any]
+
+
+class PolicyBase(Spec):
+    """What every policy kind shares: per-step overrides."""
+
+    steps: dict[Name, StepOverride] | None = Field(
+        default=None,
+        description="per step: a policy name, a policy with `kind`, or keys of this one to "
+        "override",
+    )
+
+
+class WaitPolicy(PolicyBase):
     """One attempt at a time, each allowed `timeout_s`, `retries` more after any failure."""
 
     kind: Literal["wait"]
@@ -351,7 +393,7 @@ class WaitPolicy(Spec):
     )
 
 
-class CutPolicy(Spec):
+class CutPolicy(PolicyBase):
     """As wait, but every attempt is cut at `cutoff` (seconds or a pilot percentile)."""
 
     kind: Literal["cut"]
@@ -363,7 +405,7 @@ class CutPolicy(Spec):
     )
 
 
-class RacePolicy(Spec):
+class RacePolicy(PolicyBase):
     """`attempts` calls at once over `providers` in turn; the first valid answer wins."""
 
     kind: Literal["race"]
@@ -378,7 +420,7 @@ class RacePolicy(Spec):
     )
 
 
-class HedgePolicy(Spec):
+class HedgePolicy(PolicyBase):
     """One call on the step's provider; without a valid answer `after` its start, one more."""
 
     kind: Literal["hedge"]
@@ -391,7 +433,7 @@ class HedgePolicy(Spec):
     )
 
 
-class DownshiftPolicy(Spec):
+class DownshiftPolicy(PolicyBase):
     """Cut the step's model at `cutoff`, then retry on the faster model `to`."""
 
     kind: Literal["downshift"]
@@ -404,11 +446,87 @@ class DownshiftPolicy(Spec):
     )
 
 
+class AdaptivePolicy(PolicyBase):
+    """Diagnose, then pick the direction: stuck -> hedge, too slow -> fall down, invalid ->
+    fall up."""
+
+    kind: Literal["adaptive"]
+    cutoff: Threshold = Field(
+        description="diagnosis time after an attempt's start: no first token = cut and re-draw; "
+        "tokens flowing too slowly for the time left = fall down"
+    )
+    ttft_cutoff: Threshold | None = Field(
+        default=None, description="no first token by then = stuck: hedge a fresh attempt"
+    )
+    hedge_after: Threshold | None = Field(
+        default=None, description="no answer by then: hedge a fresh attempt in parallel"
+    )
+    fall_down: Name | None = Field(
+        default=None, description="faster model for too-slow generation and truncated answers"
+    )
+    fall_up: Name | None = Field(default=None, description="stronger model after an invalid answer")
+    attempts: Annotated[int, Field(ge=1)] = Field(default=3, description="calls per step at most")
+    providers: list[Name] | None = None
+    reserve_s: NonNegativeFloat | None = Field(
+        default=None,
+        description="seconds the steps after this one need; default: the sum of pilot medians "
+        "along the longest path after it",
+    )
+
+
+class DraftPolicy(PolicyBase):
+    """Race a cheap fast `model` against the step's: keep the draft if the primary has not
+    answered `upgrade_within` after the start, else upgrade to the primary's answer."""
+
+    kind: Literal["draft"]
+    model: Name
+    upgrade_within: Threshold = "p95"
+    providers: list[Name] | None = Field(
+        default=None, description="the draft runs on the first of these serving `model`"
+    )
+
+
+class PerStepPolicy(Spec):
+    """A map of step -> policy (a name or a policy with `kind`); `default` for the rest."""
+
+    kind: Literal["per_step"]
+    steps: dict[Name, StepOverride]
+    default: StepOverride = "wait"
+
+
 PolicySpec = Annotated[
-    WaitPolicy | CutPolicy | RacePolicy | HedgePolicy | DownshiftPolicy,
+    WaitPolicy
+    | CutPolicy
+    | RacePolicy
+    | HedgePolicy
+    | DownshiftPolicy
+    | AdaptivePolicy
+    | DraftPolicy
+    | PerStepPolicy,
     Field(discriminator="kind"),
 ]
-POLICY_KINDS = ("wait", "cut", "race", "hedge", "downshift")
+#: A policy that runs one step directly (a `per_step` map resolves to these).
+PlainPolicy = (
+    WaitPolicy
+    | CutPolicy
+    | RacePolicy
+    | HedgePolicy
+    | DownshiftPolicy
+    | AdaptivePolicy
+    | DraftPolicy
+)
+POLICY_KINDS = ("wait", "cut", "race", "hedge", "downshift", "adaptive", "draft", "per_step")
+#: Fields holding a `Threshold`, by policy class; the first is the one `resolve_thresholds`
+#: reports per step.
+THRESHOLD_FIELDS: dict[type, tuple[str, ...]] = {
+    CutPolicy: ("cutoff",),
+    HedgePolicy: ("after",),
+    DownshiftPolicy: ("cutoff",),
+    AdaptivePolicy: ("cutoff", "ttft_cutoff", "hedge_after"),
+    DraftPolicy: ("upgrade_within",),
+}
+#: Fields naming a model, by policy kind.
+MODEL_FIELDS = {"downshift": ("to",), "adaptive": ("fall_down", "fall_up"), "draft": ("model",)}
 
 
 class ArrivalsSpec(Spec):
@@ -527,12 +645,38 @@ class Scenario(Spec):
     pilot: PilotSpec = PilotSpec()
     billing: BillingSpec = BillingSpec()
     sweep: SweepSpec | None = None
+    quality_floor: Probability = Field(
+        default=0.0,
+        description="a delivered run whose quality is below this is not a valid hit",
+    )
 
     _source_dir: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _step_maps_are_per_step_policies(cls, data: Any) -> Any:
+        """`policies: {name: {step: policy, ...}}` without `kind` is a per_step map."""
+        if not isinstance(data, dict) or not isinstance(data.get("policies"), dict):
+            return data
+        steps = _sequence(_mapping(data.get("workflow")).get("steps"))
+        ids = {s.get("id") for s in steps if isinstance(s, dict)}
+        policies = dict(data["policies"])
+        for name, raw in policies.items():
+            if isinstance(raw, dict) and raw and "kind" not in raw:
+                keys = set(raw) - {"default"}
+                if keys and keys <= ids:
+                    default = {"default": raw["default"]} if "default" in raw else {}
+                    steps_map = {k: v for k, v in raw.items() if k != "default"}
+                    policies[name] = {"kind": "per_step", "steps": steps_map, **default}
+        return {**data, "policies": policies}
 
     @model_validator(mode="after")
     def _check_references(self) -> Scenario:
         problems = reference_problems(self.model_dump())
+        if not problems:
+            from sim.perstep import step_problems  # noqa: PLC0415 - it imports this module
+
+            problems = step_problems(self)
         if problems:
             raise FieldError(*problems[0], *problems[1:])
         return self
@@ -649,17 +793,19 @@ def _policy_problems(
                         f"unknown provider '{pname}'{_choices(pname, serves)}",
                     )
                 )
-        target = policy.get("to")
-        if policy.get("kind") == "downshift" and isinstance(target, str) and models:
+        for field in MODEL_FIELDS.get(str(policy.get("kind")), ()):
+            target = policy.get(field)
+            if not isinstance(target, str) or not models:
+                continue
             if target not in models:
                 problems.append(
                     (
-                        ("policies", name, "to"),
+                        ("policies", name, field),
                         f"unknown model '{target}'{_choices(target, models)}",
                     )
                 )
             elif serves and not any(target in served for served in serves.values()):
-                problems.append((("policies", name, "to"), f"no provider serves model '{target}'"))
+                problems.append((("policies", name, field), f"no provider serves model '{target}'"))
     return problems
 
 

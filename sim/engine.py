@@ -18,13 +18,16 @@ import simpy
 
 from sim.backoff import retry_wait
 from sim.conditions import difficulty_factors
-from sim.config import Scenario
-from sim.latency import CallLatency
+from sim.config import Scenario, ValidatorSpec
+from sim.latency import U_OUTCOME, CallLatency, LogNormal
 from sim.policies import Attempt, Policy
 from sim.provider import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
+    OUTCOME_INVALID,
+    OUTCOME_OK,
     OUTCOME_RATE_LIMITED,
+    OUTCOME_TRUNCATED,
     Call,
     Provider,
     Serving,
@@ -47,22 +50,30 @@ class Run:
 
     __slots__ = (
         "active",
+        "answered",
         "arrival",
         "calls",
         "closed",
         "cost",
         "deadline_at",
+        "drafts_kept",
+        "drafts_upgraded",
         "end",
         "fail_reason",
         "fail_step",
         "failed",
         "index",
         "ok",
+        "quality",
+        "quality_sum",
         "remaining",
         "resend",
         "running",
         "tokens",
         "unresolved",
+        "valid",
+        "valid_hit",
+        "valid_steps",
     )
 
     def __init__(
@@ -85,6 +96,15 @@ class Run:
         self.active: set[simpy.Process] = set()
         self.remaining = [len(s.depends_on) for s in workflow.steps]
         self.unresolved = len(workflow.steps)
+        # answers: is each step's answer valid (its own and everything it was built on)
+        self.valid_steps = [True] * len(workflow.steps)
+        self.answered = 0  # steps with an accepted answer
+        self.quality_sum = 0.0  # sum of the answering models' quality
+        self.valid = False  # set at the end: every required answer valid
+        self.quality = math.nan  # set at the end of a delivered run
+        self.valid_hit = False  # on time, every required answer valid, quality >= the floor
+        self.drafts_kept = 0
+        self.drafts_upgraded = 0
 
 
 @dataclass
@@ -141,17 +161,46 @@ class Simulation:
             self.difficulty = difficulty_factors(scenario.difficulty, rng, bank.n_requests)
         self.runs: list[Run] = []
         self.calls: list[Call] = []
+        self.model_quality = {m: spec.quality for m, spec in scenario.models.items()}
+        self.quality_floor = scenario.quality_floor
+        self.lengths = {
+            s.id: LogNormal.from_median_p99(s.length.median, s.length.p99)
+            for s in self.workflow.steps
+            if s.length is not None
+        }
         retry = scenario.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
         self._resend_uniforms: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------ driving
 
-    def run(self, arrivals: np.ndarray, progress: Callable[[int], None] | None = None) -> Records:
-        """Replay `arrivals` (seconds) to the end and return the records."""
+    def run(
+        self,
+        arrivals: np.ndarray,
+        progress: Callable[[int], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> Records:
+        """Replay `arrivals` (seconds) to the end and return the records.
+
+        `stop` is asked every few thousand events; when it says yes the run ends with
+        KeyboardInterrupt between two events, never inside simpy's own bookkeeping."""
         self.env.process(self._arrivals(arrivals, progress))
-        self.env.run()
+        if stop is None:
+            self.env.run()
+        else:
+            self._run_until_stopped(stop)
         return Records(self.policy.name, self.runs, self.calls)
+
+    def _run_until_stopped(self, stop: Callable[[], bool], every: int = 4096) -> None:
+        step = self.env.step
+        try:
+            while True:
+                for _ in range(every):
+                    step()
+                if stop():
+                    raise KeyboardInterrupt
+        except simpy.core.EmptySchedule:
+            return
 
     def _arrivals(
         self, times: np.ndarray, progress: Callable[[int], None] | None
@@ -186,6 +235,12 @@ class Simulation:
         run.closed = True
         run.ok = ok
         run.end = end
+        if ok:
+            steps = self.workflow.steps
+            run.valid = all(run.valid_steps[s.index] for s in steps if s.required)
+            mean = run.quality_sum / run.answered if run.answered else 1.0
+            run.quality = mean if run.valid else 0.0
+            run.valid_hit = run.valid and run.quality >= self.quality_floor - 1e-12
         for process in list(run.active):
             self._cancel(run, process)
         if not ok and self._resend_probability > 0:
@@ -218,10 +273,22 @@ class Simulation:
             handle = _StepRun(self, run, step)
             run.running = step.id
             ok = yield from self.policy.execute(handle)
+            if ok and not run.closed:
+                self._answered(run, step, handle.answer)
             ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
             step = ready[0] if ready else None
             for other in ready[1:]:
                 self.env.process(self._step(run, other))
+
+    def _answered(self, run: Run, step: Step, answer: Call | None) -> None:
+        """Record the answer a step delivered: its model's quality, and whether it is valid
+        (an invalid answer, or one built on an invalid one, breaks quality, not latency)."""
+        if answer is None:
+            return
+        run.answered += 1
+        run.quality_sum += self.model_quality[answer.model]
+        valid = answer.valid and all(run.valid_steps[d] for d in step.depends_on)
+        run.valid_steps[step.index] = valid
 
     def _resolve(self, run: Run, step: Step, ok: bool, outcome: str) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
@@ -257,16 +324,19 @@ class Simulation:
     def _call(
         self, handle: _StepRun, attempt: int, plan: Attempt
     ) -> Generator[simpy.Event, Any, Call | None]:
-        """One policy attempt: a call on its provider, then the SDK's own retries, if any."""
+        """One policy attempt: a call on its provider (its answer truncated at `max_tokens` and
+        passed through the step's validator), then the SDK's own retries, if any."""
         run = handle.run
         if run.closed:
             return None
         provider = self.providers[plan.provider]
-        call, args = self._prepare(run, handle.step, provider, attempt, plan, 0)
+        call, args, truncated = self._prepare(handle, provider, attempt, plan, 0)
         process = self.env.active_process
         run.active.add(process)
         try:
             yield from provider.call(call, *args, plan.give_up_after)
+            if truncated or handle.step.validator is not None:
+                yield from self._check_answer(handle, call, truncated)
             run.calls += 1  # as `_record`, written out on the hot path
             run.cost += call.cost
             run.tokens += call.billed_input + call.billed_output
@@ -276,38 +346,41 @@ class Simulation:
         finally:
             run.active.discard(process)
         handle.last_outcome = call.outcome
+        if call.outcome == OUTCOME_OK:
+            handle.answer = call
         return call
 
     def _prepare(
-        self, run: Run, step: Step, provider: Provider, attempt: int, plan: Attempt, sdk: int
-    ) -> tuple[Call, tuple[float, float, float, int]]:
-        """A call about to be sent and its draws (common random numbers): first token,
-        generation (times the request's difficulty), stall, drawn outcome."""
+        self, handle: _StepRun, provider: Provider, attempt: int, plan: Attempt, sdk: int
+    ) -> tuple[Call, tuple[float, float, float, int], bool]:
+        """A call about to be sent and its draws (common random numbers): first token (plus
+        prefill), generation (times the request's difficulty, scaled to this call's drawn
+        answer length), stall, drawn outcome; and whether the answer will be truncated."""
+        run, step = handle.run, handle.step
         latency = self.latencies[(plan.provider, plan.model)]
+        path = (plan.provider, plan.model)
         draws = (
-            self.bank.draws(
-                step.id,
-                attempt,
-                run.resend,
-                (plan.provider, plan.model),
-                latency,
-                step.output_tokens,
-            )
+            self.bank.draws(step.id, attempt, run.resend, path, latency, step.output_tokens)
             if sdk == 0
             else self.bank.draws(
-                step.id,
-                attempt,
-                run.resend,
-                (plan.provider, plan.model),
-                latency,
-                step.output_tokens,
-                sdk,
+                step.id, attempt, run.resend, path, latency, step.output_tokens, sdk
             )
         )
         i = run.index
-        ttft, generation = draws.ttft[i], draws.generation[i]
+        ttft, generation, tokens = draws.ttft[i], draws.generation[i], step.output_tokens
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
+        if latency.ttft_s_per_ktok > 0:  # prefill grows with the prompt
+            ttft += latency.ttft_s_per_ktok * step.input_tokens / 1000
+        length = self.lengths.get(step.id)
+        if length is not None:  # this call's answer length; generation time scales with it
+            u = self.bank.length_uniforms(step.id, attempt, run.resend)[i]
+            tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
+            generation *= tokens / step.output_tokens
+        truncated = step.max_tokens is not None and tokens > step.max_tokens
+        if truncated:
+            generation *= step.max_tokens / tokens  # type: ignore[operator]
+            tokens = step.max_tokens  # type: ignore[assignment]
         call = Call(
             run,
             step.id,
@@ -316,14 +389,27 @@ class Simulation:
             plan.model,
             self.env.now,
             step.input_tokens,
-            step.output_tokens,
+            tokens,
             reserved=step.reserved_output,
         )
         if sdk:
             call.sdk_retry = sdk
         if provider.spell_error_rate > 0:
             call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, run.resend, sdk)
-        return call, (ttft, generation, draws.stall[i], draws.outcome[i])
+        handle.flights[attempt] = Flight(call, ttft, generation, draws.stall[i])
+        return call, (ttft, generation, draws.stall[i], draws.outcome[i]), truncated
+
+    def _check_answer(
+        self, handle: _StepRun, call: Call, truncated: bool
+    ) -> Generator[simpy.Event, Any, None]:
+        """A delivered answer cut at `max_tokens` is truncated (invalid, caught for free); an
+        answer (valid or junk) then goes through the step's validator, if it has one."""
+        if truncated and call.outcome == OUTCOME_OK:
+            call.outcome = OUTCOME_TRUNCATED
+        validator = handle.step.validator
+        if validator is not None and call.outcome in (OUTCOME_OK, OUTCOME_INVALID):
+            latency = self.latencies[(call.provider, call.model)]
+            yield from self._validate(handle.run, call, validator, latency, call.attempt)
 
     def _record(self, run: Run, call: Call) -> None:
         """Add an ended call to its run's totals and to the records."""
@@ -361,12 +447,38 @@ class Simulation:
                     break
             if run.closed:
                 break
-            call, args = self._prepare(run, handle.step, provider, attempt, plan, j)
+            call, args, truncated = self._prepare(handle, provider, attempt, plan, j)
             try:
                 yield from provider.call(call, *args, left)
+                if truncated or handle.step.validator is not None:
+                    yield from self._check_answer(handle, call, truncated)
             finally:
                 self._record(run, call)
         return call
+
+    def _validate(
+        self, run: Run, call: Call, validator: ValidatorSpec, latency: CallLatency, attempt: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """The step's validator checks an answer: it takes `latency_s`, costs `cost`, and
+        rejects an invalid answer with probability `catches` (the rest pass as if valid)."""
+        call.cost += validator.cost
+        if validator.latency_s > 0:
+            try:
+                yield self.env.timeout(validator.latency_s)
+            except simpy.Interrupt:
+                call.outcome = OUTCOME_CANCELLED
+                call.end = self.env.now
+                return
+            call.end = self.env.now
+        if call.outcome != OUTCOME_INVALID:
+            return
+        # where this call's outcome uniform fell inside the invalid band: uniform on [0, 1),
+        # independent of everything else, and common to every policy
+        block = self.bank.uniforms(call.step, attempt, run.resend, call.sdk_retry)
+        v = float(block[run.index, U_OUTCOME])
+        w = (v - latency.error_rate) / latency.invalid_rate if latency.invalid_rate > 0 else 0.0
+        if not w < validator.catches:
+            call.outcome, call.valid = OUTCOME_OK, False
 
     @staticmethod
     def _cancel(run: Run, process: simpy.Process) -> None:
@@ -378,7 +490,7 @@ class Simulation:
 class _StepRun:
     """The engine's handle for a policy running one step of one run."""
 
-    __slots__ = ("env", "last_outcome", "run", "sim", "step")
+    __slots__ = ("answer", "env", "flights", "last_outcome", "run", "sim", "step")
 
     def __init__(self, sim: Simulation, run: Run, step: Step) -> None:
         self.sim = sim
@@ -386,6 +498,8 @@ class _StepRun:
         self.run = run
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
+        self.answer: Call | None = None  # the answer the step delivers (last ok by default)
+        self.flights: dict[int, Flight] = {}  # every attempt's call and its drawn times
 
     @property
     def closed(self) -> bool:
@@ -411,6 +525,73 @@ class _StepRun:
         return self.sim.bank.uniform(
             self.run.index, "backoff", self.step.id, retry, self.run.resend
         )
+
+    def accept(self, call: Call) -> None:
+        """The step delivers this call's answer (a draft kept, or the primary's upgrade)."""
+        self.answer = call
+
+    def note_draft(self, kept: bool) -> None:
+        """Count a draft race's result: the draft kept, or upgraded to the primary's answer."""
+        if kept:
+            self.run.drafts_kept += 1
+        else:
+            self.run.drafts_upgraded += 1
+
+    def first_token(self, attempt: int) -> bool:
+        """True once attempt `attempt` has streamed its first token (what a client sees)."""
+        flight = self.flights.get(attempt)
+        return flight is not None and flight.first_token_at() <= self.env.now
+
+    def projected_left(self, attempt: int) -> float:
+        """Seconds attempt `attempt` still needs at the rate its tokens flowed over the last
+        second (inf with no first token yet or no token in the last second): what a streaming
+        client can estimate, not the drawn truth."""
+        flight = self.flights.get(attempt)
+        return math.inf if flight is None else flight.projected_left(self.env.now, self.step)
+
+
+@dataclass(slots=True)
+class Flight:
+    """An attempt's call and its drawn times, to tell what a streaming client sees of it."""
+
+    call: Call
+    ttft: float
+    generation: float
+    stall: float
+
+    def first_token_at(self) -> float:
+        """When the first token arrives (inf while still queued or once cut before it)."""
+        call = self.call
+        if math.isnan(call.queue):  # still queued
+            return math.inf
+        at = call.start + call.queue + self.ttft
+        return math.inf if call.outcome and call.end < at else at
+
+    def emitted(self, at: float) -> float:
+        """Tokens streamed by time `at`: evenly over generation, with the stall at mid-stream."""
+        tau = at - self.first_token_at()
+        tokens, g, s = self.call.output_tokens, self.generation, self.stall
+        if tau <= 0:
+            return 0.0
+        if g <= 0 or tau >= g + s:
+            return float(tokens)
+        if tau <= g / 2:
+            return tokens * tau / g
+        if tau <= g / 2 + s:
+            return tokens / 2
+        return tokens * (tau - s) / g
+
+    def projected_left(self, now: float, step: Step) -> float:
+        """Seconds left at the last second's token rate towards the expected length."""
+        if self.call.outcome or self.first_token_at() > now:
+            return 0.0 if self.call.outcome else math.inf
+        window = min(1.0, now - self.first_token_at())
+        done = self.emitted(now)
+        rate = (done - self.emitted(now - window)) / window if window > 0 else 0.0
+        target = max(float(step.output_tokens), done)
+        if target - done <= 0:
+            return 0.0
+        return (target - done) / rate if rate > 0 else math.inf
 
 
 def serving_latencies(scenario: Scenario) -> dict[tuple[str, str], CallLatency]:

@@ -19,16 +19,18 @@ from sim.provider import (
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
+    OUTCOME_TRUNCATED,
 )
 
 CALL_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
     "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
-    "retry_after_s", "quota_tokens", "sdk_retry",
+    "retry_after_s", "quota_tokens", "sdk_retry", "valid",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
-    "calls", "end_s", "fail_reason", "fail_step",
+    "calls", "end_s", "fail_reason", "fail_step", "valid", "quality", "valid_hit", "draft_kept",
+    "draft_upgraded",
 )  # fmt: skip
 
 #: Summary columns with their unit and meaning (the docs table is generated from this).
@@ -36,7 +38,11 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "policy": ("", "policy name from the scenario"),
     "requests": ("count", "unique customer requests"),
     "runs": ("count", "workflow runs: requests plus customer re-sends of failed ones"),
-    "hit_rate": ("fraction", "runs that returned every required step validly within deadline_s"),
+    "hit_rate": (
+        "fraction",
+        "runs that returned every required step validly within deadline_s (as far as the steps' "
+        "checks tell: see valid_hit_rate)",
+    ),
     "hit_rate_lo": ("fraction", "lower end of the 95% Wilson interval of hit_rate"),
     "hit_rate_hi": ("fraction", "upper end of the 95% Wilson interval of hit_rate"),
     "p50_s": (
@@ -66,7 +72,22 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "wasted_cost_share": ("fraction", "share of the cost billed for calls that did not answer ok"),
     "quality_mean": (
         "score",
-        "mean over successful runs of the mean `quality` of the models that answered each step",
+        "mean over successful runs of their `quality`: the mean `quality` of the models that "
+        "answered each step, 0 if a required answer was invalid",
+    ),
+    "valid_hit_rate": (
+        "fraction",
+        "runs on time with every required answer valid and quality >= quality_floor, over runs",
+    ),
+    "invalid_delivered_rate": (
+        "fraction",
+        "runs on time whose answer was invalid (a validator let junk through), over runs",
+    ),
+    "truncated_per_request": ("calls", "answers cut at the step's max_tokens / requests"),
+    "draft_kept": ("steps", "draft race steps answered by the draft model / requests"),
+    "draft_upgraded": (
+        "steps",
+        "draft race steps whose draft was replaced by the primary's answer / requests",
     ),
 }
 
@@ -94,6 +115,7 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "retry_after_s": np.fromiter((c.retry_after for c in calls), float, len(calls)),
             "quota_tokens": np.fromiter((c.quota_tokens for c in calls), np.int64, len(calls)),
             "sdk_retry": np.fromiter((c.sdk_retry for c in calls), np.int64, len(calls)),
+            "valid": np.fromiter((c.valid for c in calls), bool, len(calls)),
         }
     )
     return frame.sort_values(
@@ -124,6 +146,11 @@ def requests_frame(records: Records) -> pd.DataFrame:
             "end_s": np.fromiter((r.end for r in runs), float, len(runs)),
             "fail_reason": pd.Series([r.fail_reason for r in runs], dtype="string"),
             "fail_step": pd.Series([r.fail_step for r in runs], dtype="string"),
+            "valid": np.fromiter((r.valid for r in runs), bool, len(runs)),
+            "quality": np.fromiter((r.quality for r in runs), float, len(runs)),
+            "valid_hit": np.fromiter((r.valid_hit for r in runs), bool, len(runs)),
+            "draft_kept": np.fromiter((r.drafts_kept for r in runs), np.int64, len(runs)),
+            "draft_upgraded": np.fromiter((r.drafts_upgraded for r in runs), np.int64, len(runs)),
         }
     )
 
@@ -138,7 +165,12 @@ def summarize(
     for policy in pd.unique(requests["policy"]):
         runs, its_calls = requests[requests["policy"] == policy], calls[calls["policy"] == policy]
         row = _summary_row(runs, its_calls, str(policy))
-        row["quality_mean"] = _quality_mean(runs, its_calls, quality)
+        if _has_answers(runs):  # per-run quality, validity included (from the engine)
+            delivered = runs.loc[runs["ok"], "quality"]
+            row["quality_mean"] = float(delivered.mean()) if len(delivered) else math.nan
+        else:
+            row["quality_mean"] = _quality_mean(runs, its_calls, quality)
+        row.update(_answer_metrics(runs, its_calls))
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
 
@@ -155,6 +187,36 @@ def _quality_mean(
     good = runs.loc[runs["ok"], ["request_id", "resend"]]
     index = pd.MultiIndex.from_frame(good)
     return float(per_run.reindex(index).mean()) if len(good) else math.nan
+
+
+#: Requests columns and summary metrics about answers (validity, quality, drafts).
+ANSWER_COLUMNS = ("valid", "quality", "valid_hit", "draft_kept", "draft_upgraded")
+ANSWER_METRICS = (
+    "valid_hit_rate",
+    "invalid_delivered_rate",
+    "truncated_per_request",
+    "draft_kept",
+    "draft_upgraded",
+)
+
+
+def _has_answers(runs: pd.DataFrame) -> bool:
+    """True if the runs carry the engine's answer columns (valid, quality, valid_hit, ...)."""
+    return all(c in runs for c in ANSWER_COLUMNS) and runs["valid_hit"].dtype == bool
+
+
+def _answer_metrics(runs: pd.DataFrame, calls: pd.DataFrame) -> dict[str, float]:
+    """Valid hits, junk delivered, truncations and draft races (NaN without the columns)."""
+    n_runs, n_requests = len(runs), max(1, int(runs["request_id"].nunique()))
+    if not _has_answers(runs) or not n_runs:
+        return dict.fromkeys(ANSWER_METRICS, math.nan)
+    return {
+        "valid_hit_rate": float(runs["valid_hit"].mean()),
+        "invalid_delivered_rate": float((runs["ok"] & ~runs["valid"]).mean()),
+        "truncated_per_request": float((calls["outcome"] == OUTCOME_TRUNCATED).sum()) / n_requests,
+        "draft_kept": float(runs["draft_kept"].sum()) / n_requests,
+        "draft_upgraded": float(runs["draft_upgraded"].sum()) / n_requests,
+    }
 
 
 def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[str, object]:

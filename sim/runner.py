@@ -22,8 +22,8 @@ from sim.config import Scenario
 from sim.engine import Simulation, serving_latencies
 from sim.errors import ScenarioError
 from sim.metrics import calls_frame, requests_frame, summarize
-from sim.pilot import resolve_thresholds
-from sim.policies import build_policy
+from sim.pilot import resolve_specs, thresholds_of
+from sim.policies import build_resolved
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Workflow
 
@@ -89,10 +89,12 @@ def run(
     seed: int | None = None,
     policies: Sequence[str] | None = None,
     progress: Callable[[str, int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Simulate the chosen policies (all by default) and return their tables.
 
-    `progress(policy, n)` is told each time `n` more requests of `policy` have arrived.
+    `progress(policy, n)` is told each time `n` more requests of `policy` have arrived; `stop()`
+    is asked now and then, and a yes ends the run with KeyboardInterrupt at a safe point.
     """
     n = scenario.requests if requests is None else requests
     if n < 1:
@@ -102,7 +104,8 @@ def run(
     check_fits(scenario, n, names)
 
     started = time.perf_counter()
-    thresholds = resolve_thresholds(scenario, seed)
+    specs = resolve_specs(scenario, seed)
+    thresholds = thresholds_of(specs)
     wall = {"pilot": time.perf_counter() - started}
 
     streams = Streams(seed, "main")
@@ -113,10 +116,10 @@ def run(
     request_tables, call_tables = [], []
     for name in names:
         began = time.perf_counter()
-        policy = build_policy(name, scenario.policies[name], scenario, steps, thresholds[name])
+        policy = build_resolved(name, specs[name], scenario, steps)
         sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
         tick = (lambda k, _name=name: progress(_name, k)) if progress else None
-        records = sim.run(arrivals, tick)
+        records = sim.run(arrivals, tick, stop)
         request_tables.append(requests_frame(records))
         call_tables.append(calls_frame(records))
         wall[name] = time.perf_counter() - began

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.config import Scenario
+from sim.config import LengthSpec, Scenario, ValidatorSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,11 +16,14 @@ class Step:
     model: str
     provider: str  # the provider it runs on by default
     input_tokens: int
-    output_tokens: int
+    output_tokens: int  # the answer's length; with `length`, its median (the typical answer)
     required: bool
     depends_on: tuple[int, ...]
     unlocks: tuple[int, ...]
     reserved_output: int = 0  # the answer's token cap (max_tokens, else output_tokens)
+    length: LengthSpec | None = None  # answer length drawn per call
+    max_tokens: int | None = None  # longer answers are cut here (truncated = invalid)
+    validator: ValidatorSpec | None = None  # None: junk caught perfectly and for free
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,18 @@ class Workflow:
                 model=spec.model,
                 provider=scenario.step_provider(spec),
                 input_tokens=spec.input_tokens,
-                output_tokens=spec.output_tokens,
+                output_tokens=(
+                    spec.output_tokens
+                    if isinstance(spec.output_tokens, int)
+                    else max(1, round(spec.output_tokens.median))
+                ),
                 required=spec.required,
                 depends_on=tuple(index[d] for d in spec.after),
                 unlocks=tuple(unlocks[i]),
                 reserved_output=spec.reserved_output,
+                length=None if isinstance(spec.output_tokens, int) else spec.output_tokens,
+                max_tokens=spec.max_tokens,
+                validator=spec.validator,
             )
             for i, spec in enumerate(specs)
         )
