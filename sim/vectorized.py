@@ -22,8 +22,17 @@ import pandas as pd
 
 from sim.config import Scenario
 from sim.engine import FAIL_DEADLINE, serving_latencies
-from sim.latency import ERROR, INVALID, OK, U_OUTCOME, U_SPEED, U_STALL, U_STALL_EXTRA, U_TTFT
-from sim.latency import CallLatency
+from sim.latency import (
+    ERROR,
+    INVALID,
+    OK,
+    U_OUTCOME,
+    U_SPEED,
+    U_STALL,
+    U_STALL_EXTRA,
+    U_TTFT,
+    CallLatency,
+)
 from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS
 from sim.policies import Attempt, Hedge, Policy, Race, Sequential
 from sim.provider import (
@@ -60,7 +69,7 @@ S_NONE, S_OK, S_FAILED, S_DEADLINE = (
 _PROBE_ROWS = 16
 
 
-class Unsupported(Exception):
+class UnsupportedError(Exception):
     """The vectorized engine cannot reproduce this case; the event engine must run it."""
 
 
@@ -138,7 +147,7 @@ class VectorizedSimulation:
         latencies: dict[tuple[str, str], CallLatency] | None = None,
     ) -> None:
         if type(policy) not in (Sequential, Race, Hedge):
-            raise Unsupported(f"policy class {type(policy).__name__} is not vectorized")
+            raise UnsupportedError(f"policy class {type(policy).__name__} is not vectorized")
         self.scenario = scenario
         self.policy = policy
         self.bank = bank
@@ -158,7 +167,7 @@ class VectorizedSimulation:
         columns, the calls)."""
         n = len(arrivals)
         if n != self.bank.n_requests:
-            raise Unsupported("the draw bank is sized for another number of requests")
+            raise UnsupportedError("the draw bank is sized for another number of requests")
         arrival = clock_arrivals(np.asarray(arrivals, dtype=float))
         deadline = arrival + self.deadline_s
         steps = self.workflow.steps
@@ -236,7 +245,7 @@ class VectorizedSimulation:
         expected = (theirs.ttft, theirs.generation, theirs.stall, theirs.outcome)
         for mine, reference in zip(ours, expected, strict=True):
             if not np.array_equal(mine[:k], np.asarray(reference, dtype=mine.dtype)):
-                raise Unsupported("CallLatency.draw no longer matches the vectorized transform")
+                raise UnsupportedError("CallLatency.draw no longer matches the vector transform")
 
     def _attempt(
         self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, start: np.ndarray
@@ -633,7 +642,7 @@ def simulate(
     deadline_s: float | None = None,
     latencies: dict[tuple[str, str], CallLatency] | None = None,
 ) -> tuple[dict[str, np.ndarray], CallArrays]:
-    """One policy on all requests: (per-request columns, calls). Raises `Unsupported`."""
+    """One policy on all requests: (per-request columns, calls). Raises `UnsupportedError`."""
     engine = VectorizedSimulation(scenario, policy, bank, deadline_s, latencies)
     _, runs, calls = engine.run(arrivals)
     return runs, calls
