@@ -352,6 +352,12 @@ class Scenario(Spec):
     pilot: PilotSpec = PilotSpec()
     billing: BillingSpec = BillingSpec()
     sweep: SweepSpec | None = None
+    engine: Literal["auto", "des", "vectorized"] = Field(
+        default="auto",
+        description="auto: the vectorized engine where it gives the same numbers (nothing shared "
+        "between requests), else the event engine; des: always the event engine; vectorized: "
+        "always the vectorized engine (an error where it does not apply)",
+    )
 
     _source_dir: str | None = PrivateAttr(default=None)
 

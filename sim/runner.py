@@ -18,6 +18,7 @@ from sim.breakdown import breakdown, provider_limits
 from sim.capacity import check_fits
 from sim.config import Scenario
 from sim.engine import Simulation, serving_latencies
+from sim.engine_choice import DES, VECTORIZED, vectorized_tables
 from sim.errors import ScenarioError
 from sim.metrics import calls_frame, requests_frame, summarize
 from sim.pilot import resolve_thresholds
@@ -38,6 +39,9 @@ class RunResult:
     requests: pd.DataFrame
     calls: pd.DataFrame
     wall_s: dict[str, float] = field(default_factory=dict)
+    #: Per policy, the engine that ran it ("vectorized" or "des"), and why not vectorized.
+    engines: dict[str, str] = field(default_factory=dict)
+    engine_notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def breakdown(self) -> pd.DataFrame:
@@ -69,10 +73,12 @@ def run(
     seed: int | None = None,
     policies: Sequence[str] | None = None,
     progress: Callable[[str, int], None] | None = None,
+    engine: str | None = None,
 ) -> RunResult:
     """Simulate the chosen policies (all by default) and return their tables.
 
     `progress(policy, n)` is told each time `n` more requests of `policy` have arrived.
+    `engine` overrides the scenario's `engine:` (auto | des | vectorized).
     """
     n = scenario.requests if requests is None else requests
     if n < 1:
@@ -91,14 +97,25 @@ def run(
     latencies = serving_latencies(scenario)
     steps = Workflow.from_scenario(scenario).steps
     request_tables, call_tables = [], []
+    engines, notes = {}, {}
     for name in names:
         began = time.perf_counter()
         policy = build_policy(name, scenario.policies[name], scenario, steps, thresholds[name])
-        sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
-        tick = (lambda k, _name=name: progress(_name, k)) if progress else None
-        records = sim.run(arrivals, tick)
-        request_tables.append(requests_frame(records))
-        call_tables.append(calls_frame(records))
+        fast, notes[name] = vectorized_tables(
+            scenario, policy, bank, arrivals, engine or scenario.engine, latencies
+        )
+        engines[name] = DES if fast is None else VECTORIZED
+        if fast is not None:
+            request_tables.append(fast.requests)
+            call_tables.append(fast.calls)
+            if progress:
+                progress(name, n)
+        else:
+            sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
+            tick = (lambda k, _name=name: progress(_name, k)) if progress else None
+            records = sim.run(arrivals, tick)
+            request_tables.append(requests_frame(records))
+            call_tables.append(calls_frame(records))
         wall[name] = time.perf_counter() - began
     requests_table = pd.concat(request_tables, ignore_index=True)
     calls_table = pd.concat(call_tables, ignore_index=True)
@@ -113,4 +130,6 @@ def run(
         requests=requests_table,
         calls=calls_table,
         wall_s=wall,
+        engines=engines,
+        engine_notes=notes,
     )
