@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim.config import Scenario
-from sim.engine import FAIL_DEADLINE, serving_latencies
+from sim.engine import FAIL_DEADLINE, Simulation, serving_latencies
 from sim.latency import (
     ERROR,
     INVALID,
@@ -190,7 +190,10 @@ class VectorizedSimulation:
             result = self._step(step, rows, at[rows], deadline[rows])
             state[j, rows], end[j, rows], last[j, rows] = result.state, result.end, result.last
         runs = self._resolve_runs(arrival, deadline, start, end, state, last)
-        calls = self._finish_calls(runs.pop("_closed_early"))
+        closed_at, failing = runs.pop("_closed_early"), runs.pop("_failing_step")
+        calls, unclear = self._finish_calls(closed_at, failing)
+        if len(unclear):
+            runs, calls = self._replay(unclear, arrival, runs, calls)
         return arrival, runs, calls
 
     def _step(
@@ -517,15 +520,24 @@ class VectorizedSimulation:
             "fail_reason": reason,
             "fail_step": where_step,
             "_closed_early": np.where(early, fail_at, np.inf),
+            "_failing_step": fail_step,
         }
 
-    def _finish_calls(self, closed_at: np.ndarray) -> CallArrays:
+    def _finish_calls(
+        self, closed_at: np.ndarray, failing: np.ndarray
+    ) -> tuple[CallArrays, np.ndarray]:
         """Apply every cancellation (deadline, race loser, hedge loser, a run failed by another
-        branch) and bill each call as `Provider.call` does."""
+        branch) and bill each call as `Provider.call` does. Also return the requests whose
+        failure coincides with an event of another branch (a call ending or starting at that
+        very instant): which came first is simpy's event order, so the event engine replays
+        them."""
         col = self.log.columns()
         request, start, natural = col["request"], col["start"], col["natural_end"]
         cancel_at = col["cancel_at"]
         closed = closed_at[request]
+        other_branch = col["step"] != failing[request]
+        coincide = other_branch & ((start == closed) | (np.minimum(natural, cancel_at) == closed))
+        unclear = np.unique(request[coincide])
         keep = start <= closed  # calls a failed run never started are dropped
         if not keep.all():
             col = {k: v[keep] for k, v in col.items()}
@@ -574,7 +586,49 @@ class VectorizedSimulation:
             billed_output=billed_out,
             cost=billed_in * price_in + billed_out * price_out,
             quota_tokens=input_tokens + output_tokens,
+        ), unclear
+
+    def _replay(
+        self,
+        which: np.ndarray,
+        arrival: np.ndarray,
+        runs: dict[str, np.ndarray],
+        calls: CallArrays,
+    ) -> tuple[dict[str, np.ndarray], CallArrays]:
+        """Run requests `which` through the event engine (on their own rows of the same draws:
+        requests share nothing) and put their results in place of ours."""
+        bank = _RowsBank(self.bank, which)
+        sim = Simulation(
+            self.scenario, self.policy, bank, bank.streams, self.deadline_s, self.latencies
         )
+        records = sim.run(arrival[which])
+        for run in records.runs:
+            i = which[run.index]
+            runs["ok"][i], runs["end"][i] = run.ok, run.end
+            runs["fail_reason"][i], runs["fail_step"][i] = run.fail_reason, run.fail_step
+        keep = ~np.isin(calls.request, which)
+        step_index = {s.id: s.index for s in self.workflow.steps}
+        theirs = records.calls
+        replayed = {
+            "request": which[np.asarray([c.run.index for c in theirs], dtype=np.int64)],
+            "step": np.asarray([step_index[c.step] for c in theirs], dtype=np.int32),
+            "attempt": np.asarray([c.attempt for c in theirs], dtype=np.int32),
+            "provider": np.asarray([self.providers.index(c.provider) for c in theirs], np.int32),
+            "model": np.asarray([self.models.index(c.model) for c in theirs], dtype=np.int32),
+            "start": np.asarray([c.start for c in theirs], dtype=float),
+            "end": np.asarray([c.end for c in theirs], dtype=float),
+            "ttft": np.asarray([c.ttft for c in theirs], dtype=float),
+            "outcome": np.asarray([OUTCOMES.index(c.outcome) for c in theirs], dtype=np.int8),
+            "billed_input": np.asarray([c.billed_input for c in theirs], dtype=np.int64),
+            "billed_output": np.asarray([c.billed_output for c in theirs], dtype=np.int64),
+            "cost": np.asarray([c.cost for c in theirs], dtype=float),
+            "quota_tokens": np.asarray([c.quota_tokens for c in theirs], dtype=np.int64),
+        }
+        merged = {
+            name: np.concatenate((getattr(calls, name)[keep], values))
+            for name, values in replayed.items()
+        }
+        return runs, CallArrays(**merged)
 
     def _bill_cut(
         self,
@@ -604,6 +658,18 @@ class VectorizedSimulation:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+class _RowsBank(CallDrawBank):
+    """The rows `rows` of another bank's draws, as request indices 0, 1, ... (for a replay)."""
+
+    def __init__(self, parent: CallDrawBank, rows: np.ndarray) -> None:
+        super().__init__(parent.streams, len(rows))
+        self.parent = parent
+        self.rows = rows
+
+    def uniforms(self, step: str, attempt: int, resend: int) -> np.ndarray:
+        return self.parent.uniforms(step, attempt, resend)[self.rows]
 
 
 def clock_arrivals(times: np.ndarray) -> np.ndarray:

@@ -422,3 +422,15 @@ def test_engine_key_in_the_scenario() -> None:
     assert sim.run(scenario, requests=5).engines == {"wait": "des"}
     with pytest.raises(ScenarioError):
         build([step("s1")], {"wait": {"kind": "wait"}}, engine="fast")
+
+
+def test_branches_cut_at_the_same_instant_follow_the_event_order() -> None:
+    """Two roots cut by the same timeout at the same instant, one required: which of the two
+    events comes first is simpy's order, so such requests are replayed by the event engine."""
+    steps = [step("a"), step("b", required=False), step("c", "a", "b")]
+    for billing in ("full", "elapsed"):
+        scenario = exact(
+            {"wait": {"kind": "wait", "timeout_s": 1.0}}, steps, billing={"cancelled": billing}
+        )
+        calls = assert_same(scenario, "wait", arrivals=ARRIVALS)
+        assert calls["outcome"].tolist() == ["timeout", "cancelled"] * len(ARRIVALS)
