@@ -107,23 +107,29 @@ class _CallLog:
         "request", "step", "attempt", "provider", "model", "start", "natural_end", "kind",
         "drawn", "ttft", "generating", "cancel_at",
     )  # fmt: skip
+    FLOATS = frozenset({"start", "natural_end", "ttft", "generating", "cancel_at"})
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[np.ndarray, ...]] = []
+        self.chunks: list[tuple[np.ndarray | int, ...]] = []
 
     def add(self, *columns: np.ndarray | int) -> None:
-        size = len(columns[0])  # type: ignore[arg-type]
-        self.chunks.append(
-            tuple(np.full(size, c) if np.isscalar(c) else np.asarray(c) for c in columns)
-        )
+        self.chunks.append(columns)
 
     def columns(self) -> dict[str, np.ndarray]:
-        if not self.chunks:
-            empty = {f: np.zeros(0) for f in self.FIELDS}
-            for f in ("request", "step", "attempt", "provider", "model", "kind", "drawn"):
-                empty[f] = np.zeros(0, dtype=np.int64)
-            return empty
-        return {f: np.concatenate([c[i] for c in self.chunks]) for i, f in enumerate(self.FIELDS)}
+        """Each field over all chunks; a field given as one number per chunk is repeated."""
+        sizes = [len(c[0]) for c in self.chunks]  # type: ignore[arg-type]
+        out = {}
+        for i, name in enumerate(self.FIELDS):
+            parts = [c[i] for c in self.chunks]
+            if parts and all(np.isscalar(p) for p in parts):
+                out[name] = np.repeat(np.asarray(parts, dtype=np.int32), sizes)
+            elif parts:
+                out[name] = np.concatenate(
+                    [np.broadcast_to(p, (k,)) for p, k in zip(parts, sizes, strict=True)]
+                )
+            else:
+                out[name] = np.zeros(0, dtype=float if name in self.FLOATS else np.int64)
+        return out
 
 
 @dataclass
@@ -217,7 +223,8 @@ class VectorizedSimulation:
         """(first token, generation, stall, drawn outcome) of this call slot for `rows`: the
         bank's uniforms transformed as `CallLatency.draw` does (checked against it)."""
         latency = self.latencies[(plan.provider, plan.model)]
-        u = self.bank.uniforms(step.id, attempt, 0)[rows]
+        block = self.bank.uniforms(step.id, attempt, 0)
+        u = block if len(rows) == len(block) else block[rows]  # rows: sorted, unique
         ttft = latency.ttft.from_uniform(u[:, U_TTFT])
         speed = latency.tokens_per_s.from_uniform(u[:, U_SPEED])
         generation = step.output_tokens / np.maximum(speed, 1e-9)
