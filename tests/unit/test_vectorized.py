@@ -10,17 +10,21 @@ choice: what qualifies, the limits replayed on the calls, the fallback and the f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 from helpers import build, scenario_dict, serving, step
 
 import sim
 from sim import qualify
 from sim.arrivals import arrival_times
+from sim.cli import main
 from sim.config import Scenario
 from sim.engine import Simulation
 from sim.engine_choice import vectorized_tables
@@ -434,3 +438,20 @@ def test_branches_cut_at_the_same_instant_follow_the_event_order() -> None:
         )
         calls = assert_same(scenario, "wait", arrivals=ARRIVALS)
         assert calls["outcome"].tolist() == ["timeout", "cancelled"] * len(ARRIVALS)
+
+
+def test_cli_engine_option_run_json_and_printed_line(tmp_path: Path, write_yaml: Any) -> None:
+    data = scenario_dict([step("s1")], {"wait": {"kind": "wait"}})
+    path = write_yaml(data)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(path), "--out", str(out), "--no-plot"])
+    assert result.exit_code == 0, result.output
+    assert "engine: wait=vectorized" in result.output
+    assert json.loads((out / "run.json").read_text())["engines"] == {"wait": "vectorized"}
+    args = ["run", str(path), "--out", str(out), "--no-plot", "--force", "--engine", "des"]
+    result = CliRunner().invoke(main, args)
+    assert "engine: wait=des" in result.output
+    data["customers"] = {"retry": {"probability": 0.5, "max": 1}}
+    forced = ["run", str(write_yaml(data)), "--out", str(tmp_path / "x"), "--engine", "vectorized"]
+    result = CliRunner().invoke(main, forced)
+    assert result.exit_code == 2
