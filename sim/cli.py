@@ -135,6 +135,11 @@ def _load(scenario: Path | None) -> tuple[str, Scenario]:
 @_simulation_options("results/<name>/<timestamp>/", FIGURE)
 @click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
 @click.option("--force", is_flag=True, help="Replace what --out holds (refused otherwise).")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "des", "vectorized"]),
+    help="Override `engine`: auto (vectorized where it gives the same numbers), des, vectorized.",
+)
 def run(
     scenario: Path | None,
     out_dir: Path | None,
@@ -144,6 +149,7 @@ def run(
     quiet: bool,
     no_plot: bool,
     force: bool,
+    engine: str | None,
 ) -> None:
     """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them."""
     policies = _policy_names(policies)
@@ -155,7 +161,13 @@ def run(
         names = chosen_policies(spec, policies, "--policy")  # unknown names stop here
         with _progress(names, n, quiet) as tick, _interrupt_between_events() as stop:
             result = sim.run(
-                spec, requests=requests, seed=seed, policies=names, progress=tick, stop=stop
+                spec,
+                requests=requests,
+                seed=seed,
+                policies=names,
+                progress=tick,
+                stop=stop,
+                engine=engine,
             )
         folder = write_results(
             result,
@@ -169,6 +181,7 @@ def run(
     if not quiet:
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
         out.print(breakdown_table(result.breakdown))
+        out.print(engines_line(result.engines, result.engine_notes), markup=False)
         out.print(
             f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet"
             + ("" if no_plot else f", {FIGURE}")
@@ -523,6 +536,15 @@ def _progress(names: list[str], n: int, quiet: bool) -> Iterator[Callable[[str, 
     with Progress(*columns, console=err, transient=True) as bar:
         tasks = {name: bar.add_task(name, total=n) for name in names}
         yield lambda name, k: bar.advance(tasks[name], k)
+
+
+def engines_line(engines: dict[str, str], notes: dict[str, str]) -> str:
+    """One line: which engine ran each policy (and why not the vectorized one)."""
+    parts = [
+        f"{policy}={used}" + (f" ({notes[policy]})" if used == "des" and notes.get(policy) else "")
+        for policy, used in engines.items()
+    ]
+    return "engine: " + ", ".join(parts)
 
 
 def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:

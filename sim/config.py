@@ -649,6 +649,12 @@ class Scenario(Spec):
         default=0.0,
         description="a delivered run whose quality is below this is not a valid hit",
     )
+    engine: Literal["auto", "des", "vectorized"] = Field(
+        default="auto",
+        description="auto: the vectorized engine where it gives the same numbers (nothing shared "
+        "between requests), else the event engine; des: always the event engine; vectorized: "
+        "always the vectorized engine (an error where it does not apply)",
+    )
 
     _source_dir: str | None = PrivateAttr(default=None)
 

@@ -270,6 +270,7 @@ def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]
         "python": platform.python_version(),
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": {k: round(v, 3) for k, v in result.wall_s.items()},
+        "engines": dict(result.engines),
     }
 
 

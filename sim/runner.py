@@ -20,6 +20,7 @@ from sim.breakdown import breakdown, provider_limits
 from sim.capacity import check_fits
 from sim.config import Scenario
 from sim.engine import Simulation, serving_latencies
+from sim.engine_choice import DES, VECTORIZED, vectorized_tables
 from sim.errors import ScenarioError
 from sim.metrics import calls_frame, requests_frame, summarize
 from sim.pilot import resolve_specs, thresholds_of
@@ -43,6 +44,9 @@ class RunResult:
     requests: pd.DataFrame
     calls: pd.DataFrame
     wall_s: dict[str, float] = field(default_factory=dict)
+    #: Per policy, the engine that ran it ("vectorized" or "des"), and why not vectorized.
+    engines: dict[str, str] = field(default_factory=dict)
+    engine_notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def breakdown(self) -> pd.DataFrame:
@@ -90,11 +94,13 @@ def run(
     policies: Sequence[str] | None = None,
     progress: Callable[[str, int], None] | None = None,
     stop: Callable[[], bool] | None = None,
+    engine: str | None = None,
 ) -> RunResult:
     """Simulate the chosen policies (all by default) and return their tables.
 
     `progress(policy, n)` is told each time `n` more requests of `policy` have arrived; `stop()`
     is asked now and then, and a yes ends the run with KeyboardInterrupt at a safe point.
+    `engine` overrides the scenario's `engine:` (auto | des | vectorized).
     """
     n = scenario.requests if requests is None else requests
     if n < 1:
@@ -114,14 +120,27 @@ def run(
     latencies = serving_latencies(scenario)
     steps = Workflow.from_scenario(scenario).steps
     request_tables, call_tables = [], []
+    engines, notes = {}, {}
     for name in names:
         began = time.perf_counter()
         policy = build_resolved(name, specs[name], scenario, steps)
-        sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
-        tick = (lambda k, _name=name: progress(_name, k)) if progress else None
-        records = sim.run(arrivals, tick, stop)
-        request_tables.append(requests_frame(records))
-        call_tables.append(calls_frame(records))
+        fast, notes[name] = vectorized_tables(
+            scenario, policy, bank, arrivals, engine or scenario.engine, latencies
+        )
+        engines[name] = DES if fast is None else VECTORIZED
+        if fast is not None:
+            request_tables.append(fast.requests)
+            call_tables.append(fast.calls)
+            if progress:
+                progress(name, n)
+            if stop is not None and stop():
+                raise KeyboardInterrupt
+        else:
+            sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
+            tick = (lambda k, _name=name: progress(_name, k)) if progress else None
+            records = sim.run(arrivals, tick, stop)
+            request_tables.append(requests_frame(records))
+            call_tables.append(calls_frame(records))
         wall[name] = time.perf_counter() - began
     requests_table = pd.concat(request_tables, ignore_index=True)
     calls_table = pd.concat(call_tables, ignore_index=True)
@@ -139,6 +158,8 @@ def run(
         requests=requests_table,
         calls=calls_table,
         wall_s=wall,
+        engines=engines,
+        engine_notes=notes,
     )
 
 

@@ -409,7 +409,17 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path: Path, contract_path: Path
     cwd = tmp_path / "work"
     cwd.mkdir()
     proc = subprocess.Popen(
-        [*tailsim_command(), "run", str(contract_path), "-n", "300000", "-p", "race"],
+        [
+            *tailsim_command(),
+            "run",
+            str(contract_path),
+            "-n",
+            "300000",
+            "-p",
+            "race",
+            "--engine",
+            "des",
+        ],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
