@@ -402,9 +402,10 @@ class AimdSpec(Spec):
 
 class ShedSpec(Spec):
     """Shed, at its arrival, a run that cannot make its deadline: its expected time (the mean
-    time of each step over the last `window_s`, failed steps at their elapsed time, summed along
-    the workflow's longest path) times `margin` is past the deadline. With nothing observed in
-    the window the run is admitted (so shedding never locks itself in)."""
+    time of each step over the last `window_s`, a failed step counted at deadline_s as a miss,
+    summed along the workflow's longest path) times `margin` reaches the deadline. With fewer
+    than `min_samples` step times in the window the run is admitted (so shedding never locks
+    itself in)."""
 
     window_s: PositiveFloat = Field(default=30.0, description="how far back step times count, s")
     margin: PositiveFloat = Field(

@@ -173,7 +173,8 @@ class Aimd:
 
 class Shedder:
     """Expected time of a new run from recent step times (the mean per step over the window,
-    summed along the longest path of the workflow); a run expected past its deadline is shed."""
+    a failed step counted at the deadline as a miss, summed along the longest path of the
+    workflow); a run expected past its deadline is shed."""
 
     def __init__(self, controls: ControlsSpec, workflow: Workflow) -> None:
         spec = controls.shed
@@ -252,9 +253,10 @@ class Controls:
         """False if a run arriving now should be shed."""
         return self.shedder is None or self.shedder.admits(self.env.now, deadline_s)
 
-    def step_ended(self, index: int, seconds: float) -> None:
+    def step_ended(self, index: int, seconds: float, ok: bool, deadline_s: float) -> None:
+        """A step ended after `seconds`: a failed one counts as a miss, at the deadline."""
         if self.shedder is not None:
-            self.shedder.observe(index, self.env.now, seconds)
+            self.shedder.observe(index, self.env.now, seconds if ok else deadline_s)
 
     def refuses(self, provider: str) -> bool:
         """True if `provider`'s breaker is open (the attempt is refused at the client)."""

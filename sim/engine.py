@@ -227,13 +227,14 @@ class Simulation:
     def _step(self, run: Run, step: Step | None) -> Generator[simpy.Event, Any, None]:
         """Run a step, then go on with the first step it unlocks (others get processes of their
         own): a chain costs one process, a DAG one per branch."""
+        env = self.env
         while step is not None:
             handle = _StepRun(self, run, step)
             run.running = step.id
-            began = self.env.now
+            began = env.now
             ok = yield from self.policy.execute(handle)
             if self.controls is not None:
-                self.controls.step_ended(step.index, self.env.now - began)
+                self.controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
             ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
             step = ready[0] if ready else None
             for other in ready[1:]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from sim.arrivals import arrival_times
+from sim.arrivals import arrival_times, bursts
 from sim.breakdown import breakdown, provider_limits
 from sim.capacity import check_fits
 from sim.config import Scenario
@@ -23,6 +23,7 @@ from sim.metrics import calls_frame, requests_frame, summarize
 from sim.pilot import resolve_thresholds
 from sim.policies import build_policy
 from sim.streams import CallDrawBank, Streams
+from sim.timeseries import timeseries
 from sim.workflow import Workflow
 
 
@@ -43,6 +44,16 @@ class RunResult:
     def breakdown(self) -> pd.DataFrame:
         """Why each policy did as it did: failures by reason and step, load per provider."""
         return breakdown(self.requests, self.calls, provider_limits(self.scenario.providers))
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        """Counts per `timeseries_bin_s` bin and policy (timeseries.parquet): the storm view."""
+        return timeseries(
+            self.requests,
+            self.calls,
+            self.scenario.timeseries_bin_s,
+            bursts(self.scenario.arrivals),
+        )
 
 
 def chosen_policies(
@@ -91,12 +102,14 @@ def run(
     latencies = serving_latencies(scenario)
     steps = Workflow.from_scenario(scenario).steps
     request_tables, call_tables = [], []
+    breaker_open: dict[str, float] = {}
     for name in names:
         began = time.perf_counter()
         policy = build_policy(name, scenario.policies[name], scenario, steps, thresholds[name])
         sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
         tick = (lambda k, _name=name: progress(_name, k)) if progress else None
         records = sim.run(arrivals, tick)
+        breaker_open[name] = records.breaker_open_s
         request_tables.append(requests_frame(records))
         call_tables.append(calls_frame(records))
         wall[name] = time.perf_counter() - began
@@ -112,11 +125,26 @@ def run(
             counted_requests,
             counted_calls,
             {m: spec.quality for m, spec in scenario.models.items()},
+            tpm=tpm_quotas(scenario),
+            breaker_open=breaker_open,
         ),
         requests=requests_table,
         calls=calls_table,
         wall_s=wall,
     )
+
+
+def tpm_quotas(scenario: Scenario) -> dict[tuple[str, str | None], int]:
+    """Every TPM quota of the scenario: (provider, None) for a provider's, (provider, model) for
+    a model's own."""
+    quotas: dict[tuple[str, str | None], int] = {}
+    for name, spec in scenario.providers.items():
+        if spec.tpm:
+            quotas[(name, None)] = spec.tpm
+        for model, serving in spec.serves.items():
+            if serving.tpm:
+                quotas[(name, model)] = serving.tpm
+    return quotas
 
 
 def after_warmup(
