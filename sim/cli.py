@@ -40,6 +40,7 @@ from sim.results import (
     default_folder,
     read_result_tables,
     write_results,
+    write_stress_results,
 )
 from sim.runner import chosen_policies
 from sim.scenario import default_scenario_path, json_schema_text, load_scenario, with_overrides
@@ -499,6 +500,92 @@ def tune_table(summary: pd.DataFrame, note: str) -> Table:
             f"{row['hit_rate']:.2%}",
             _num(row["cost_per_request_usd"], 4),
             _num(row["quality_mean"], 3),
+        )
+    return table
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option(
+    "--policy", "-p", "policies", multiple=True, help="Only these policies (repeat or commas)."
+)
+@click.option(
+    "--duration",
+    "durations",
+    multiple=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Burst lengths to try, s (repeat; default 60 and 120).",
+)
+@click.option(
+    "--multiplier",
+    "multipliers",
+    multiple=True,
+    type=click.FloatRange(min=1, min_open=True),
+    help="Rate multipliers to try in turn (repeat; default 1.5 2 3 4 6 8), then bisected.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Recovery window after the burst, s (default max(60, 4 deadlines)).",
+)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results folder.")
+@click.option("--no-plot", is_flag=True, help="Skip figures/stress.png.")
+def stress(
+    scenario: Path,
+    policies: tuple[str, ...],
+    durations: tuple[float, ...],
+    multipliers: tuple[float, ...],
+    window: float | None,
+    out_dir: Path | None,
+    no_plot: bool,
+) -> None:
+    """Find each policy's storm margin on SCENARIO: the largest burst (base rate x multiplier,
+    held for a duration) after which its goodput is back to its pre-burst level within the
+    recovery window."""
+    from sim.stress import StressPlan, default_plan, margins  # noqa: PLC0415
+    from sim.stress import stress as search  # noqa: PLC0415
+
+    with bad_input_exits():
+        _source, spec = _load(scenario)
+        names = chosen_policies(spec, _policy_names(policies), "--policy")
+        plan = default_plan(spec)
+        plan = StressPlan(
+            durations_s=tuple(durations) or plan.durations_s,
+            multipliers=tuple(sorted(multipliers)) or plan.multipliers,
+            calm_s=plan.calm_s,
+            window_s=window or plan.window_s,
+        )
+        folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="stress-")
+        check_writable(folder)
+        table = search(spec, names, plan)
+        best = margins(table)
+        write_stress_results(table, best, plan.window_s, spec.name, folder, figures=not no_plot)
+    out.print(stress_table(best, plan.window_s))
+    out.print(
+        f"results: {folder}/ (stress.csv, margins.csv"
+        + ("" if no_plot else ", figures/stress.png")
+        + ")",
+        markup=False,
+    )
+
+
+def stress_table(best: pd.DataFrame, window_s: float) -> Table:
+    """Per policy and burst length: the largest burst recovered from, and the storm margin."""
+    table = Table(
+        title=f"storm margin: largest burst after which goodput is back within {window_s:g} s",
+        title_justify="left",
+    )
+    for header in ("policy", "burst s", "largest x", "recovery s", "fails at x", "margin req"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    ranked = best.sort_values("margin_requests", ascending=False, kind="stable")
+    for row in ranked.to_dict("records"):
+        table.add_row(
+            str(row["policy"]),
+            f"{row['duration_s']:g}",
+            f"{row['largest_multiplier']:g}",
+            _num(row["recovery_s"], 0),
+            "none tried" if pd.isna(row["first_failed"]) else f"{row['first_failed']:g}",
+            f"{row['margin_requests']:.0f}",
         )
     return table
 

@@ -364,18 +364,116 @@ class WorkflowSpec(Spec):
     steps: Annotated[list[StepSpec], Field(min_length=1)]
 
 
+class HedgeCapSpec(Spec):
+    """Finagle's backup-request cap (`maxExtraLoad`): extra parallel attempts (hedges, race
+    extras) may add at most `max_extra` of the primary calls sent in the last `window_s`."""
+
+    max_extra: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.05, description="hedges allowed per primary call over the window (0.05 = 5%)"
+    )
+    window_s: PositiveFloat = Field(default=10.0, description="sliding window, s")
+
+
+class RetryBudgetSpec(Spec):
+    """gRPC retry throttling (gRFC A6 `retryThrottling`): a token count starts at `max_tokens`;
+    every failed attempt takes 1, every success gives back `token_ratio` (capped at
+    `max_tokens`); retries and hedges are sent only while the count is above `max_tokens / 2`."""
+
+    max_tokens: PositiveFloat = Field(default=10.0, description="the count's start and cap")
+    token_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.1, description="tokens a successful attempt gives back"
+    )
+
+
+class BreakerSpec(Spec):
+    """A circuit breaker per provider (LiteLLM-style cooldown): after `failures` failed calls
+    within `window_s`, attempts routed to the provider are refused at the client for
+    `cooldown_s` (no call is made; the policy goes on to its next attempt)."""
+
+    failures: Annotated[int, Field(ge=1)] = Field(
+        default=3, description="failed calls within window_s that open the breaker"
+    )
+    window_s: PositiveFloat = Field(default=60.0, description="window the failures count in, s")
+    cooldown_s: PositiveFloat = Field(default=5.0, description="how long it stays open, s")
+    count: list[Literal["rate_limited", "error", "timeout", "invalid"]] = Field(
+        default_factory=lambda: ["rate_limited", "error", "timeout"],
+        description="call outcomes that count as failures",
+    )
+
+
+class AimdSpec(Spec):
+    """Client-side concurrency per provider, AIMD: calls beyond the limit wait at the client;
+    the limit is multiplied by `decrease` on a 429 (at most once per `decrease_every_s`) and
+    grows by `increase / limit` per success (about +`increase` per limit's worth of successes)."""
+
+    initial: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 16.0
+    min: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
+    max: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 256.0
+    increase: PositiveFloat = Field(default=1.0, description="additive step per limit successes")
+    decrease: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=0.5, description="factor on the limit after a 429"
+    )
+    decrease_every_s: NonNegativeFloat = Field(
+        default=1.0, description="at most one decrease per this many seconds (TCP: per RTT)"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AimdSpec:
+        if not self.min <= self.initial <= self.max:
+            raise FieldError(
+                ("initial",),
+                f"must lie between min ({self.min:g}) and max ({self.max:g}), got {self.initial:g}",
+            )
+        return self
+
+
+class ShedSpec(Spec):
+    """Shed, at its arrival, a run that cannot make its deadline: its expected time (the mean
+    time of each step over the last `window_s`, a failed step counted at deadline_s as a miss,
+    summed along the workflow's longest path) times `margin` reaches the deadline. With fewer
+    than `min_samples` step times in the window the run is admitted (so shedding never locks
+    itself in)."""
+
+    window_s: PositiveFloat = Field(default=30.0, description="how far back step times count, s")
+    margin: PositiveFloat = Field(
+        default=1.0, description="shed when expected time x margin >= deadline_s"
+    )
+    min_samples: Annotated[int, Field(ge=1)] = Field(
+        default=5, description="step times needed in the window before anything is shed"
+    )
+
+
+class ControlsSpec(Spec):
+    """Load-aware controls of one policy; each is off unless given. Their state is shared by
+    every request of the policy's simulation (and never across policies)."""
+
+    hedge_cap: HedgeCapSpec | None = None
+    retry_budget: RetryBudgetSpec | None = None
+    breaker: BreakerSpec | None = None
+    aimd: AimdSpec | None = None
+    stop_hedging_on_429_s: PositiveFloat | None = Field(
+        default=None,
+        description="no hedge or extra race attempt to a provider for this long after its last 429",
+    )
+    shed: ShedSpec | None = None
+
+
 #: A step's entry in a policy's `steps:` map: another policy's name, a full policy (with
 #: `kind`), or keys of this policy to override for that step.
 StepOverride = Name | dict[str, Any]
 
 
 class PolicyBase(Spec):
-    """What every policy kind shares: per-step overrides."""
+    """What every policy kind shares: per-step overrides and load-aware controls (both off by
+    default)."""
 
     steps: dict[Name, StepOverride] | None = Field(
         default=None,
         description="per step: a policy name, a policy with `kind`, or keys of this one to "
         "override",
+    )
+    controls: ControlsSpec | None = Field(
+        default=None, description="load-aware controls: hedge cap, retry budget, breaker, ..."
     )
 
 
@@ -529,10 +627,18 @@ THRESHOLD_FIELDS: dict[type, tuple[str, ...]] = {
 MODEL_FIELDS = {"downshift": ("to",), "adaptive": ("fall_down", "fall_up"), "draft": ("model",)}
 
 
-class ArrivalsSpec(Spec):
-    """When requests arrive: Poisson, on/off bursts with the same mean rate, or a trace replay."""
+class SegmentSpec(Spec):
+    """One stretch of a `schedule`: Poisson arrivals at `rate_per_s` for `duration_s`."""
 
-    kind: Literal["poisson", "bursty", "trace"] = "poisson"
+    duration_s: PositiveFloat
+    rate_per_s: PositiveFloat
+
+
+class ArrivalsSpec(Spec):
+    """When requests arrive: Poisson, on/off bursts with the same mean rate, a trace replay, or
+    a schedule of Poisson segments (a burst at a known time)."""
+
+    kind: Literal["poisson", "bursty", "trace", "schedule"] = "poisson"
     rate_per_s: PositiveFloat = 1.0
     peak_to_mean: Annotated[float, Field(gt=1)] = Field(
         default=5.0, description="bursty: arrival rate inside a burst over the mean rate"
@@ -543,6 +649,10 @@ class ArrivalsSpec(Spec):
     time_scale: PositiveFloat = Field(
         default=1.0, description="trace: multiply gaps by this (0.5 = twice the load)"
     )
+    segments: list[SegmentSpec] | None = Field(
+        default=None,
+        description="schedule: Poisson segments in order; after the last, `rate_per_s` again",
+    )
 
     _times: np.ndarray | None = PrivateAttr(default=None)
 
@@ -550,6 +660,10 @@ class ArrivalsSpec(Spec):
     def _trace_needs_file(self) -> ArrivalsSpec:
         if self.kind == "trace" and self.file is None:
             raise FieldError(("file",), "missing: kind 'trace' needs a file of timestamps")
+        if self.kind == "schedule" and not self.segments:
+            raise FieldError(
+                ("segments",), "missing: kind 'schedule' needs segments [{duration_s, rate_per_s}]"
+            )
         return self
 
     @property
@@ -654,6 +768,9 @@ class Scenario(Spec):
         description="auto: the vectorized engine where it gives the same numbers (nothing shared "
         "between requests), else the event engine; des: always the event engine; vectorized: "
         "always the vectorized engine (an error where it does not apply)",
+    )
+    timeseries_bin_s: PositiveFloat = Field(
+        default=10.0, description="width of a timeseries.parquet bin, s"
     )
 
     _source_dir: str | None = PrivateAttr(default=None)

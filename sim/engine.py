@@ -19,6 +19,7 @@ import simpy
 from sim.backoff import retry_wait
 from sim.conditions import difficulty_factors
 from sim.config import Scenario, ValidatorSpec
+from sim.controls import FAIL_SHED, OUTCOME_BREAKER_OPEN, Controls
 from sim.latency import U_OUTCOME, CallLatency, LogNormal
 from sim.policies import Attempt, Policy
 from sim.provider import (
@@ -114,6 +115,8 @@ class Records:
     policy: str
     runs: list[Run]
     calls: list[Call]
+    #: Seconds any provider's breaker was open (0 without a breaker).
+    breaker_open_s: float = 0.0
 
 
 class Simulation:
@@ -171,6 +174,11 @@ class Simulation:
         retry = scenario.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
         self._resend_uniforms: dict[int, np.ndarray] = {}
+        #: The policy's load-aware controls (None: off, and the plain call path is used).
+        self.controls: Controls | None = None
+        if policy.controls is not None:
+            self.controls = Controls(self.env, policy.controls, list(self.providers), self.workflow)
+            self._call = self._controlled_call  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ driving
 
@@ -189,7 +197,8 @@ class Simulation:
             self.env.run()
         else:
             self._run_until_stopped(stop)
-        return Records(self.policy.name, self.runs, self.calls)
+        open_s = self.controls.breaker_open_s(self.env.now) if self.controls is not None else 0.0
+        return Records(self.policy.name, self.runs, self.calls, open_s)
 
     def _run_until_stopped(self, stop: Callable[[], bool], every: int = 4096) -> None:
         step = self.env.step
@@ -220,6 +229,10 @@ class Simulation:
         env = self.env
         run = Run(env, self.workflow, index, resend, self.deadline_s)
         self.runs.append(run)
+        if self.controls is not None and not self.controls.admits_run(self.deadline_s):
+            run.fail_reason = FAIL_SHED  # shed at arrival: expected past its deadline
+            self._finish(run, ok=False, end=env.now)
+            return
         for step in self.workflow.roots:
             env.process(self._step(run, step))
         if math.isfinite(self.deadline_s):
@@ -269,12 +282,16 @@ class Simulation:
     def _step(self, run: Run, step: Step | None) -> Generator[simpy.Event, Any, None]:
         """Run a step, then go on with the first step it unlocks (others get processes of their
         own): a chain costs one process, a DAG one per branch."""
+        env = self.env
         while step is not None:
             handle = _StepRun(self, run, step)
             run.running = step.id
+            began = env.now
             ok = yield from self.policy.execute(handle)
             if ok and not run.closed:
                 self._answered(run, step, handle.answer)
+            if self.controls is not None:
+                self.controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
             ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
             step = ready[0] if ready else None
             for other in ready[1:]:
@@ -348,6 +365,49 @@ class Simulation:
         handle.last_outcome = call.outcome
         if call.outcome == OUTCOME_OK:
             handle.answer = call
+        return call
+
+    def _controlled_call(
+        self, handle: _StepRun, attempt: int, plan: Attempt
+    ) -> Generator[simpy.Event, Any, Call | None]:
+        """`_call` under load-aware controls: refused while the provider's breaker is open (no
+        call is made), queued at the client under an AIMD limit, and learnt from."""
+        controls = self.controls
+        assert controls is not None
+        run, provider = handle.run, plan.provider
+        if run.closed:
+            return None
+        if controls.refuses(provider):
+            step = handle.step
+            call = Call(
+                run, step.id, attempt, provider, plan.model, self.env.now,
+                step.input_tokens, step.output_tokens, queue=0.0, end=self.env.now,
+                outcome=OUTCOME_BREAKER_OPEN,
+            )  # fmt: skip
+            handle.last_outcome = call.outcome
+            return call
+        gate = controls.acquire(provider)
+        if gate is not None:  # over the AIMD limit: wait at the client (cancellable)
+            process = self.env.active_process
+            run.active.add(process)
+            try:
+                yield gate
+            except simpy.Interrupt:
+                controls.abandon(provider, gate)
+                return None
+            finally:
+                run.active.discard(process)
+            if run.closed:
+                controls.release(provider)
+                return None
+        if attempt == 0:
+            controls.primary_sent()
+        try:
+            call = yield from Simulation._call(self, handle, attempt, plan)
+        finally:
+            controls.release(provider)
+        if call is not None:
+            controls.attempt_ended(call)
         return call
 
     def _prepare(
@@ -518,6 +578,14 @@ class _StepRun:
 
     def cancel(self, process: simpy.Process) -> None:
         Simulation._cancel(self.run, process)
+
+    def may_retry(self) -> bool:
+        controls = self.sim.controls
+        return controls is None or controls.may_retry()
+
+    def may_hedge(self, provider: str) -> bool:
+        controls = self.sim.controls
+        return controls is None or controls.may_hedge(provider)
 
     def jitter(self, retry: int) -> float:
         """This run's backoff-jitter uniform for the step's retry number `retry` (the same

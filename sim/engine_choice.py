@@ -64,6 +64,14 @@ def single_policy(policy: Policy) -> Policy:
     step's plans; anything else as it is."""
     if not isinstance(policy, PerStep):
         return policy
+    flat = _merged(policy)
+    if flat is not policy:
+        flat.controls = policy.controls
+    return flat
+
+
+def _merged(policy: PerStep) -> Policy:
+    """`single_policy` of a PerStep (without its controls)."""
     members = list(dict.fromkeys(policy.by_step.values()))
     kinds = {type(m) for m in members}
     if len(kinds) != 1:

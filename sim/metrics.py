@@ -89,6 +89,22 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
         "steps",
         "draft race steps whose draft was replaced by the primary's answer / requests",
     ),
+    "calls_per_success": ("calls", "calls sent (429s included) / successful runs"),
+    "goodput_per_s": (
+        "runs/s",
+        "successful runs / seconds from the first arrival to the last run's end",
+    ),
+    "hedge_rate": (
+        "ratio",
+        "extra policy attempts (hedges, race extras, retries; not SDK retries) / primary calls",
+    ),
+    "peak_tpm_share": (
+        "fraction",
+        "highest token use admitted in any 60 s window over the TPM quota, any provider or "
+        "model quota (NaN without a TPM quota); above 1 when a full bucket is spent at once",
+    ),
+    "shed_requests": ("runs", "runs shed at arrival by the policy's controls.shed"),
+    "breaker_open_s": ("s", "seconds any provider's breaker was open, summed over providers"),
 }
 
 
@@ -156,11 +172,18 @@ def requests_frame(records: Records) -> pd.DataFrame:
 
 
 def summarize(
-    requests: pd.DataFrame, calls: pd.DataFrame, quality: Mapping[str, float] | None = None
+    requests: pd.DataFrame,
+    calls: pd.DataFrame,
+    quality: Mapping[str, float] | None = None,
+    *,
+    tpm: Mapping[tuple[str, str | None], int] | None = None,
+    breaker_open: Mapping[str, float] | None = None,
 ) -> pd.DataFrame:
     """One row per policy with every metric of `SUMMARY_METRICS`, in the policies' order.
 
-    `quality` maps model names to their quality score (NaN `quality_mean` without it)."""
+    `quality` maps model names to their quality score (NaN `quality_mean` without it); `tpm`
+    maps (provider, None) and (provider, model) to TPM quotas (for `peak_tpm_share`);
+    `breaker_open` maps policies to their breakers' open seconds (NaN without it)."""
     rows = []
     for policy in pd.unique(requests["policy"]):
         runs, its_calls = requests[requests["policy"] == policy], calls[calls["policy"] == policy]
@@ -171,6 +194,10 @@ def summarize(
         else:
             row["quality_mean"] = _quality_mean(runs, its_calls, quality)
         row.update(_answer_metrics(runs, its_calls))
+        row["peak_tpm_share"] = peak_tpm_share(its_calls, tpm or {})
+        row["breaker_open_s"] = (
+            float(breaker_open.get(str(policy), 0.0)) if breaker_open is not None else np.nan
+        )
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
 
@@ -256,4 +283,38 @@ def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[s
         "rate_limited_per_request": float((outcome == OUTCOME_RATE_LIMITED).sum()) / n_requests,
         "sdk_retries_per_request": float(sdk_retries.sum()) / n_requests,
         "wasted_cost_share": wasted / cost if cost > 0 else 0.0,
+        "calls_per_success": len(calls) / successes if successes else np.nan,
+        "goodput_per_s": _goodput(runs, successes),
+        "hedge_rate": (len(calls) - first_attempts - int(sdk_retries.sum())) / first_attempts
+        if first_attempts
+        else np.nan,
+        "shed_requests": int((runs["fail_reason"] == "shed").sum()) if "fail_reason" in runs else 0,
     }
+
+
+def _goodput(runs: pd.DataFrame, successes: int) -> float:
+    """Successful runs per second from the first arrival to the last run's end."""
+    if not len(runs):
+        return np.nan
+    span = float(runs["end_s"].max()) - float(runs["arrival_s"].min())
+    return successes / span if span > 0 else np.nan
+
+
+def peak_tpm_share(calls: pd.DataFrame, tpm: Mapping[tuple[str, str | None], int]) -> float:
+    """Highest quota tokens admitted within any 60 s window (by call start) over the quota, over
+    every (provider, model-or-None) quota in `tpm`; NaN when there is none."""
+    best = np.nan
+    for (provider, model), limit in tpm.items():
+        mask = calls["provider"] == provider
+        if model is not None:
+            mask &= calls["model"] == model
+        part = calls.loc[mask & (calls["quota_tokens"] > 0)].sort_values("start_s")
+        if not len(part):
+            best = np.nanmax([best, 0.0])
+            continue
+        t = part["start_s"].to_numpy(float)
+        total = np.cumsum(part["quota_tokens"].to_numpy(float))
+        first = np.searchsorted(t, t - 60.0, side="right")  # window (t - 60, t]
+        window = total - np.concatenate([[0.0], total])[first]
+        best = np.nanmax([best, float(window.max()) / limit])
+    return float(best)

@@ -359,38 +359,6 @@ def strip_figure(
     return fig
 
 
-def storm_figure(timeseries: pd.DataFrame, order: list[str], title: str = "") -> Figure:
-    """Offered load, goodput and 429s over time, one panel per policy (timeseries.parquet)."""
-    _theme()
-    policies = [p for p in order if p in set(timeseries["policy"].astype(str))]
-    fig, axes = plt.subplots(
-        len(policies),
-        1,
-        figsize=(11, 1.2 + 2.0 * len(policies)),
-        sharex=True,
-        layout="constrained",
-        squeeze=False,
-    )
-    width = float(np.median(np.diff(np.unique(timeseries["t_s"])))) if len(timeseries) > 1 else 1
-    series = (
-        ("offered", "offered runs", "0.4"),
-        ("succeeded", "succeeded (goodput)", "#1b9e77"),
-        ("rate_limited", "429s", TAIL_RED),
-    )
-    for ax, policy in zip(axes[:, 0], policies, strict=True):
-        part = timeseries[timeseries["policy"].astype(str) == policy].sort_values("t_s")
-        for column, _label, color in series:
-            if column in part:
-                ax.plot(part["t_s"], part[column] / width, color=color, linewidth=1.4)
-        ax.set_title(policy, loc="left", fontsize=10, color=policy_colors(order)[policy])
-        ax.set_ylabel("per second")
-    axes[-1, 0].set_xlabel("simulated time (s)")
-    handles = [Line2D([], [], color=c, label=label) for _col, label, c in series]
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
-    fig.suptitle(title or "Storm: offered load, goodput and 429s over time")
-    return fig
-
-
 # ---------------------------------------------------------------------------- sweeps
 
 
@@ -527,8 +495,10 @@ def folder_figures(folder: Path) -> list[tuple[str, Figure]]:
             figures.append(("strip", strip_figure(calls, order)))
     if (folder / "timeseries.parquet").is_file():
         series = pd.read_parquet(folder / "timeseries.parquet")
-        if len(series):
-            figures.append(("storm", storm_figure(series, order, f"{head}: storm")))
+        if len(series) and int(series["resent"].sum() + series["rate_limited"].sum()):
+            from sim.storm_plots import storm_figure  # noqa: PLC0415 - only runs with a storm
+
+            figures.append(("storm", storm_figure(series, f"{head}: storm")))
     return figures
 
 

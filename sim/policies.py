@@ -9,6 +9,7 @@ up front in `Attempt` plans, so the simpy part stays short.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,6 +21,7 @@ from sim.config import (
     THRESHOLD_FIELDS,
     AdaptivePolicy,
     BackoffSpec,
+    ControlsSpec,
     CutPolicy,
     DraftPolicy,
     HedgePolicy,
@@ -97,11 +99,21 @@ class StepRun(Protocol):
         """Seconds attempt `attempt` still needs at its recent token rate (inf if none)."""
         ...
 
+    def may_retry(self) -> bool:
+        """May a retry (an attempt after a failure) be sent now? (the retry budget)"""
+        ...
+
+    def may_hedge(self, provider: str) -> bool:
+        """May an extra parallel attempt go to `provider` now? (hedge cap, 429 pause, budget)"""
+        ...
+
 
 class Policy:
     """A way to execute a step: wait, cut, race, hedge or downshift, with its attempts planned."""
 
     name: str
+    #: Load-aware controls of this policy (sim.controls), None when off.
+    controls: ControlsSpec | None = None
 
     def execute(self, run: StepRun) -> StepGenerator:
         """Drive one step to success (True) or failure (False)."""
@@ -154,6 +166,8 @@ class Sequential(Policy):
                 return False
             if call.outcome == OUTCOME_OK:
                 return True
+            if attempt + 1 < len(plans) and not run.may_retry():
+                return False
             if attempt + 1 < len(plans) and (
                 self.backoff is not None or call.outcome == OUTCOME_RATE_LIMITED
             ):
@@ -194,11 +208,12 @@ class Race(Policy):
     def execute(self, run: StepRun) -> StepGenerator:
         attempt = 0
         for number, plans in enumerate(self.rounds[run.step.id]):
-            if run.closed:
+            if run.closed or (number > 0 and not run.may_retry()):
                 return False
             started = []
-            for plan in plans:
-                started.append(run.start(attempt, plan))
+            for j, plan in enumerate(plans):
+                if j == 0 or run.may_hedge(plan.provider):
+                    started.append(run.start(attempt, plan))
                 attempt += 1
             pending = started
             while pending:
@@ -231,7 +246,7 @@ class Hedge(Policy):
         fired, next_fire = 1, env.now + delay
         while pending:
             events: list[simpy.Event] = list(pending)
-            if fired < len(plans):
+            if fired < len(plans) and math.isfinite(next_fire):
                 events.append(env.timeout(max(0.0, next_fire - env.now)))
             yield env.any_of(events)
             won, pending = _settle(run, pending)
@@ -240,8 +255,14 @@ class Hedge(Policy):
             if run.closed:
                 return False
             if fired < len(plans) and (not pending or env.now >= next_fire):
-                pending.append(run.start(fired, plans[fired]))
-                fired, next_fire = fired + 1, env.now + delay
+                # a hedge beside a call in flight, or a retry after every call failed
+                if run.may_hedge(plans[fired].provider) if pending else run.may_retry():
+                    pending.append(run.start(fired, plans[fired]))
+                    fired, next_fire = fired + 1, env.now + delay
+                elif pending:
+                    next_fire = math.inf  # the controls refused: no more timed hedges
+                else:
+                    return False
         return False
 
 
@@ -488,7 +509,10 @@ def build_resolved(
         if len(groups) == 1:
             return runtime
         built.update(dict.fromkeys((s.id for s in members), runtime))
-    return PerStep(name, built)
+    per_step = PerStep(name, built)
+    # one set of load-aware controls for the whole policy (its state is per simulation)
+    per_step.controls = next(iter(specs.values())).controls if specs else None
+    return per_step
 
 
 def _other_route(
@@ -514,6 +538,19 @@ def _seconds(value: float | str | None, fallback: float | None) -> float | None:
 
 
 def build_policy(
+    name: str,
+    spec: PlainPolicy,
+    scenario: Scenario,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Policy:
+    """The runtime policy of a spec, with its load-aware controls (if any)."""
+    policy = _build_policy(name, spec, scenario, steps, seconds)
+    policy.controls = spec.controls
+    return policy
+
+
+def _build_policy(
     name: str,
     spec: PlainPolicy,
     scenario: Scenario,

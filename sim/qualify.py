@@ -95,12 +95,12 @@ _KNOWN_VALUES: dict[tuple[type[BaseModel], str], frozenset[Any]] = {
 }
 #: Runtime policy classes and the attributes they may have.
 _POLICY_ATTRIBUTES: dict[type[Policy], frozenset[str]] = {
-    Sequential: frozenset({"name", "plans", "backoff"}),
-    Race: frozenset({"name", "rounds", "backoff"}),
-    Hedge: frozenset({"name", "plans", "after"}),
+    Sequential: frozenset({"name", "plans", "backoff", "controls"}),
+    Race: frozenset({"name", "rounds", "backoff", "controls"}),
+    Hedge: frozenset({"name", "plans", "after", "controls"}),
 }
 #: Runtime attributes the vectorized engine implements only at None (client backoff waits).
-_OFF_ATTRIBUTES = frozenset({"backoff"})
+_OFF_ATTRIBUTES = frozenset({"backoff", "controls"})
 _ATTEMPT_FIELDS = frozenset({"provider", "model", "give_up_after"})
 _LATENCY_FIELDS = frozenset(
     {
@@ -173,10 +173,10 @@ def _foreign_runtime(policy: Policy) -> str | None:
     attributes = _POLICY_ATTRIBUTES.get(type(policy))
     if attributes is None:
         return f"policy class {type(policy).__name__} is not vectorized"
-    if set(vars(policy)) != attributes:
+    if set(vars(policy)) - attributes:
         return f"policy class {type(policy).__name__} has attributes it does not know"
     for name in _OFF_ATTRIBUTES & attributes:
-        if getattr(policy, name) is not None:
+        if getattr(policy, name, None) is not None:
             return f"policy {policy.name} sets {name}"
     if {f.name for f in fields(Attempt)} != _ATTEMPT_FIELDS:
         return "Attempt has fields it does not know"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from sim.arrivals import arrival_times
+from sim.arrivals import arrival_times, bursts
 from sim.breakdown import breakdown, provider_limits
 from sim.capacity import check_fits
 from sim.config import Scenario
@@ -26,6 +26,7 @@ from sim.metrics import calls_frame, requests_frame, summarize
 from sim.pilot import resolve_specs, thresholds_of
 from sim.policies import build_resolved
 from sim.streams import CallDrawBank, Streams
+from sim.timeseries import timeseries
 from sim.workflow import Workflow
 
 if TYPE_CHECKING:
@@ -66,6 +67,16 @@ class RunResult:
 
         return policy_comparison(
             self.summary, self.requests, self.scenario.deadline_s, self.scenario.name
+        )
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        """Counts per `timeseries_bin_s` bin and policy (timeseries.parquet): the storm view."""
+        return timeseries(
+            self.requests,
+            self.calls,
+            self.scenario.timeseries_bin_s,
+            bursts(self.scenario.arrivals),
         )
 
 
@@ -121,6 +132,7 @@ def run(
     steps = Workflow.from_scenario(scenario).steps
     request_tables, call_tables = [], []
     engines, notes = {}, {}
+    breaker_open: dict[str, float] = {}
     for name in names:
         began = time.perf_counter()
         policy = build_resolved(name, specs[name], scenario, steps)
@@ -129,6 +141,7 @@ def run(
         )
         engines[name] = DES if fast is None else VECTORIZED
         if fast is not None:
+            breaker_open[name] = 0.0  # no controls: the vectorized engine never has a breaker
             request_tables.append(fast.requests)
             call_tables.append(fast.calls)
             if progress:
@@ -139,6 +152,7 @@ def run(
             sim = Simulation(scenario, policy, bank, streams, latencies=latencies)
             tick = (lambda k, _name=name: progress(_name, k)) if progress else None
             records = sim.run(arrivals, tick, stop)
+            breaker_open[name] = records.breaker_open_s
             request_tables.append(requests_frame(records))
             call_tables.append(calls_frame(records))
         wall[name] = time.perf_counter() - began
@@ -154,6 +168,8 @@ def run(
             counted_requests,
             counted_calls,
             {m: spec.quality for m, spec in scenario.models.items()},
+            tpm=tpm_quotas(scenario),
+            breaker_open=breaker_open,
         ),
         requests=requests_table,
         calls=calls_table,
@@ -161,6 +177,19 @@ def run(
         engines=engines,
         engine_notes=notes,
     )
+
+
+def tpm_quotas(scenario: Scenario) -> dict[tuple[str, str | None], int]:
+    """Every TPM quota of the scenario: (provider, None) for a provider's, (provider, model) for
+    a model's own."""
+    quotas: dict[tuple[str, str | None], int] = {}
+    for name, spec in scenario.providers.items():
+        if spec.tpm:
+            quotas[(name, None)] = spec.tpm
+        for model, serving in spec.serves.items():
+            if serving.tpm:
+                quotas[(name, model)] = serving.tpm
+    return quotas
 
 
 def after_warmup(

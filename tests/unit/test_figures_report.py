@@ -106,13 +106,15 @@ def test_plot_draws_the_storm_when_a_time_series_exists(run_folder: Path, tmp_pa
             "policy": np.repeat(["wait", "race"], len(t)),
             "t_s": np.tile(t, 2),
             "offered": 5,
+            "resent": 1,
             "started": 5,
             "succeeded": 4,
             "rate_limited": 1,
             "in_flight": 3,
             "tpm_used": 1000,
+            "burst": np.tile(t >= 50, 2),
         }
-    )
+    )  # the columns timeseries.parquet has (sim.timeseries)
     series.to_parquet(folder / "timeseries.parquet")
     result = CliRunner().invoke(main, ["plot", str(folder)])
     assert result.exit_code == 0, result.output

@@ -144,7 +144,7 @@ BAD_VALUES = [
     pytest.param(
         {"policies.cut.retires": 3},
         "policies.cut.retires",
-        ["did you mean 'retries'", "allowed: backoff, cutoff, kind, providers, retries"],
+        ["did you mean 'retries'", "allowed: backoff, controls, cutoff, kind, providers, retries"],
         id="unknown-key-policy",
     ),
     pytest.param(
