@@ -160,13 +160,22 @@ _DRAWS = ("tool-commit", "tool-confirm", "tool-error")
 
 def actions_frame(records: Records) -> pd.DataFrame:
     """One row per action record (seconds from the simulation start)."""
+    return _frame(records.policy, records.actions)
+
+
+def no_actions() -> pd.DataFrame:
+    """An actions table with no rows (its columns typed as `actions_frame`'s)."""
+    return _frame("", [])
+
+
+def _frame(policy: str, actions: list[Action]) -> pd.DataFrame:
     actions = sorted(
-        records.actions, key=lambda a: (a.run.index, a.run.resend, a.planned, a.step, a.attempt)
+        actions, key=lambda a: (a.run.index, a.run.resend, a.planned, a.step, a.attempt)
     )
     n = len(actions)
     return pd.DataFrame(
         {
-            "policy": pd.Series([records.policy] * n, dtype="string"),
+            "policy": pd.Series([policy] * n, dtype="string"),
             "request_id": np.fromiter((a.run.index for a in actions), np.int64, n),
             "resend": np.fromiter((a.run.resend for a in actions), np.int64, n),
             "step": pd.Series([a.step for a in actions], dtype="string"),

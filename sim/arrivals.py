@@ -1,4 +1,5 @@
-"""When customer requests arrive: Poisson, on/off bursts, or the replay of a real trace."""
+"""When customer requests arrive: Poisson, on/off bursts, the replay of a real trace, or a
+schedule of Poisson segments (a burst at a known time)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,42 @@ def arrival_times(spec: ArrivalsSpec, n: int, rng: np.random.Generator) -> np.nd
         return np.cumsum(rng.exponential(1.0 / spec.rate_per_s, size=n))
     if spec.kind == "bursty":
         return _on_off(spec, n, rng)
+    if spec.kind == "schedule":
+        return _schedule(spec, n, rng)
     return _trace(spec, n)
+
+
+def rate_pieces(spec: ArrivalsSpec) -> list[tuple[float, float, float]]:
+    """A schedule's (start_s, end_s, rate_per_s) pieces; the last runs forever at `rate_per_s`."""
+    pieces, clock = [], 0.0
+    for segment in spec.segments or []:
+        pieces.append((clock, clock + segment.duration_s, segment.rate_per_s))
+        clock += segment.duration_s
+    pieces.append((clock, np.inf, spec.rate_per_s))
+    return pieces
+
+
+def bursts(spec: ArrivalsSpec) -> list[tuple[float, float]]:
+    """The (start_s, end_s) stretches of a schedule whose rate is above its base `rate_per_s`
+    (none for the other kinds): what the storm figure shades."""
+    if spec.kind != "schedule":
+        return []
+    return [(a, b) for a, b, rate in rate_pieces(spec) if rate > spec.rate_per_s]
+
+
+def _schedule(spec: ArrivalsSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """A piecewise-constant-rate Poisson process by time change: unit-rate arrival epochs
+    (cumulative Exp(1) draws) mapped through the inverse of the cumulative rate. The same draws
+    serve every schedule, so schedules differing only in a burst share their arrivals outside
+    it (common random numbers for `tailsim stress`)."""
+    epochs = np.cumsum(rng.exponential(1.0, size=n))
+    pieces = rate_pieces(spec)
+    starts = np.array([a for a, _, _ in pieces])
+    rates = np.array([r for _, _, r in pieces])
+    lengths = np.array([b - a for a, b, _ in pieces[:-1]])
+    mass = np.concatenate([[0.0], np.cumsum(lengths * rates[:-1])])  # Λ at each piece's start
+    piece = np.searchsorted(mass, epochs, side="right") - 1
+    return starts[piece] + (epochs - mass[piece]) / rates[piece]
 
 
 def _on_off(spec: ArrivalsSpec, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -6,7 +6,10 @@ Bad input exits with code 2 and a message naming the file and key path, never a 
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,25 +19,32 @@ import click
 import pandas as pd
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 import sim
 from sim.config import Scenario
 from sim.errors import ScenarioError
+from sim.executors import EXECUTORS
 from sim.explain import breakdown_table, read_breakdown
 from sim.results import (
     FIGURE,
-    SWEEP_FIGURE,
     check_writable,
     default_folder,
     read_result_tables,
     write_results,
-    write_sweep_results,
+    write_stress_results,
 )
 from sim.runner import chosen_policies
-from sim.scenario import default_scenario_path, json_schema_text, load_scenario
-from sim.sweep import expand, run_sweep
+from sim.scenario import default_scenario_path, json_schema_text, load_scenario, with_overrides
+from sim.sweep import expand
 
 EXIT_BAD_INPUT = 2
 #: Exit code after Ctrl-C, as shells report a command killed by SIGINT (128 + 2).
@@ -62,6 +72,20 @@ def bad_input_exits() -> Iterator[None]:
     except KeyboardInterrupt:
         err.print("interrupted: no results written", markup=False)
         sys.exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def _interrupt_between_events() -> Iterator[Callable[[], bool]]:
+    """While simulating, Ctrl-C only raises a flag that the engine reads between events (an
+    interrupt inside simpy's bookkeeping could leave it broken); outside, Ctrl-C is as usual."""
+    hit = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: hit.set())
+    try:
+        yield hit.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if hit.is_set():
+        raise KeyboardInterrupt
 
 
 def _policy_names(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -112,6 +136,11 @@ def _load(scenario: Path | None) -> tuple[str, Scenario]:
 @_simulation_options("results/<name>/<timestamp>/", FIGURE)
 @click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
 @click.option("--force", is_flag=True, help="Replace what --out holds (refused otherwise).")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "des", "vectorized"]),
+    help="Override `engine`: auto (vectorized where it gives the same numbers), des, vectorized.",
+)
 def run(
     scenario: Path | None,
     out_dir: Path | None,
@@ -121,6 +150,7 @@ def run(
     quiet: bool,
     no_plot: bool,
     force: bool,
+    engine: str | None,
 ) -> None:
     """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them."""
     policies = _policy_names(policies)
@@ -130,8 +160,16 @@ def run(
         check_writable(folder, overwrite=force or out_dir is None)  # before any work
         n = requests or spec.requests
         names = chosen_policies(spec, policies, "--policy")  # unknown names stop here
-        with _progress(names, n, quiet) as tick:
-            result = sim.run(spec, requests=requests, seed=seed, policies=names, progress=tick)
+        with _progress(names, n, quiet) as tick, _interrupt_between_events() as stop:
+            result = sim.run(
+                spec,
+                requests=requests,
+                seed=seed,
+                policies=names,
+                progress=tick,
+                stop=stop,
+                engine=engine,
+            )
         folder = write_results(
             result,
             folder,
@@ -144,8 +182,10 @@ def run(
     if not quiet:
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
         out.print(breakdown_table(result.breakdown))
+        out.print(engines_line(result.engines, result.engine_notes), markup=False)
         out.print(
             f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet"
+            + ("" if result.actions.empty else ", actions.parquet")  # tool steps only
             + ("" if no_plot else f", {FIGURE}")
             + ")",
             markup=False,
@@ -153,40 +193,116 @@ def run(
 
 
 @main.command()
-@_simulation_options("results/<name>/sweep-<timestamp>/", SWEEP_FIGURE)
+@_simulation_options("results/<name>/sweep-<fingerprint>/", "figures/sweep.png")
+@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@click.option(
+    "--executor",
+    "-e",
+    type=click.Choice(EXECUTORS),
+    default="inline",
+    show_default=True,
+    help="Where points run: here, in local processes, or on dask.distributed.",
+)
+@click.option(
+    "--workers",
+    "-w",
+    type=click.IntRange(min=1),
+    help="Processes (processes, dask LocalCluster); default: the cores available.",
+)
+@click.option(
+    "--scheduler",
+    help="Address of an existing dask scheduler (tcp://host:8786); needs --executor dask.",
+)
 def sweep(
     scenario: Path | None,
     out_dir: Path | None,
     requests: int | None,
+    seed: int | None,
     policies: tuple[str, ...],
     quiet: bool,
     no_plot: bool,
+    executor: str,
+    workers: int | None,
+    scheduler: str | None,
 ) -> None:
-    """Run SCENARIO's `sweep:` grid x replications, every policy at every point."""
+    """Run SCENARIO's `sweep:` grid x replications, every policy at every point.
+
+    Each point is stored as it finishes; the same command again resumes an interrupted sweep."""
+    from sim.executors import Executor  # noqa: PLC0415
+    from sim.store import SweepStore, default_sweep_folder  # noqa: PLC0415
+
     with bad_input_exits():
         source, spec = _load(scenario)
-        if spec.sweep is None or not spec.sweep.grid:
+        if seed is not None:
+            spec = with_overrides(spec, {"seed": seed}, source=source)
+        if spec.sweep is None or not (spec.sweep.grid or spec.sweep.zip):
             raise ScenarioError(
                 source,
                 [("sweep", "missing: add `sweep: {grid: {key.path: [values]}, replications: N}`")],
             )
         policies = _policy_names(policies)
+        chosen = policies or None
         chosen_policies(spec, policies, "--policy")  # unknown names stop here, before any work
-        total = len(expand(spec))  # checks every grid key and value before any work
-        folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="sweep-")
-        check_writable(folder)
-        with _sweep_progress(total, quiet) as tick:
-            result = run_sweep(spec, requests=requests, policies=policies or None, progress=tick)
-        write_sweep_results(result, spec, folder, source, sim.__version__, figures=not no_plot)
+        points = expand(spec)  # checks every swept key and value before any work
+        folder = out_dir if out_dir is not None else default_sweep_folder(spec, requests, chosen)
+        created = not folder.exists()
+        with Executor(executor, workers, scheduler) as pool:  # reaches a scheduler first
+            store = SweepStore.open(
+                folder,
+                spec,
+                points,
+                requests=requests,
+                policies=chosen,
+                source=source,
+                version=sim.__version__,
+            )
+            pending = store.pending()
+            if len(pending) < len(points):  # said even with --quiet: it changes what runs
+                err.print(
+                    f"resuming {folder}: {len(points) - len(pending)} of {len(points)} points "
+                    f"already finished, skipping them; running {len(pending)}",
+                    markup=False,
+                    soft_wrap=True,
+                )
+            try:
+                with _sweep_progress(len(points), len(points) - len(pending), quiet) as tick:
+
+                    def done(result: Any) -> None:
+                        store.write_part(result)
+                        if tick is not None:
+                            tick(result.point)
+
+                    pool.run(
+                        spec, pending, store.keys, requests=requests, policies=chosen, on_done=done
+                    )
+            except KeyboardInterrupt:
+                stored = len(points) - len(store.pending())
+                err.print(
+                    f"interrupted: {stored} of {len(points)} points stored in {folder}; "
+                    "run the same command again to resume",
+                    markup=False,
+                    soft_wrap=True,
+                )
+                sys.exit(EXIT_INTERRUPTED)
+            except BaseException:
+                if created and not store.done():
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
+            result = store.finish(figures=not no_plot)
     if not quiet:
-        out.print(sweep_table(result.summary, result.keys))
-        files = "summary.csv, requests.parquet" + ("" if no_plot else f", {SWEEP_FIGURE}")
+        out.print(sweep_table(result.aggregate, result.keys))
+        files = "summary.csv, replications.csv, requests.parquet, scenario.resolved.yaml" + (
+            "" if no_plot else ", figures/"
+        )
         out.print(f"results: {folder}/ ({files})", markup=False)
 
 
 @contextmanager
-def _sweep_progress(total: int, quiet: bool) -> Iterator[Callable[[int, int, Any], None] | None]:
-    """One progress bar over the sweep's points on stderr when it is a terminal."""
+def _sweep_progress(
+    total: int, already: int, quiet: bool
+) -> Iterator[Callable[[Any], None] | None]:
+    """One progress bar over the sweep's points on stderr when it is a terminal: points done
+    and the time left."""
     if quiet or not err.is_terminal:
         yield None
         return
@@ -194,64 +310,83 @@ def _sweep_progress(total: int, quiet: bool) -> Iterator[Callable[[int, int, Any
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("points, elapsed"),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
     )
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("sweep", total=total)
+        task = bar.add_task("sweep", total=total, completed=already)
 
-        def tick(done: int, _total: int, point: Any) -> None:
-            bar.update(task, completed=done, description=point.label())
+        def tick(point: Any) -> None:
+            bar.update(task, advance=1, description=f"done: {point.label()}")
 
         yield tick
 
 
-def sweep_table(summary: pd.DataFrame, keys: list[str]) -> Table:
-    """Per grid point and policy: mean hit rate, p95 and cost over the replications."""
-    grouped = (
-        summary.groupby([*keys, "policy"], sort=False)
-        .agg(
-            hit_rate=("hit_rate", "mean"),
-            hit_min=("hit_rate", "min"),
-            hit_max=("hit_rate", "max"),
-            p95_s=("p95_s", "mean"),
-            cost=("cost_per_request_usd", "mean"),
-            reps=("replication", "nunique"),
-        )
-        .reset_index()
-    )
+def sweep_table(aggregate: pd.DataFrame, keys: list[str]) -> Table:
+    """Per swept point and policy: pooled hit rate with its CI, p95, cost per request and per
+    success (pooled over replications)."""
     table = Table(
-        title="sweep: means over replications (hit rate range in brackets)", title_justify="left"
+        title="sweep: replications pooled; hit rate 95% CI from replications (t) when 2+, "
+        "never narrower than the pooled Wilson interval",
+        title_justify="left",
     )
-    for header in [*keys, "policy", "hit rate [min, max]", "p95 s", "$/request", "reps"]:
+    headers = [*keys, "policy", "hit rate [95% CI]", "p95 s", "$/request", "$/success", "reps"]
+    for header in headers:
         table.add_column(header, justify="left" if header in ("policy", *keys) else "right")
-    for row in grouped.to_dict("records"):
+    for row in aggregate.to_dict("records"):
         table.add_row(
             *[str(row[k]) for k in keys],
             str(row["policy"]),
-            f"{row['hit_rate']:.1%} [{row['hit_min']:.1%}, {row['hit_max']:.1%}]",
+            f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]",
             _num(row["p95_s"], 1),
-            _num(row["cost"], 4),
-            str(row["reps"]),
+            _num(row["cost_per_request_usd"], 4),
+            _num(row["cost_per_success_usd"], 4),
+            str(row["replications"]),
         )
     return table
 
 
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path))
-def plot(folder: Path) -> None:
-    """Redraw FOLDER/figures/policies.png from the result files of a `tailsim run`."""
+@click.option("--svg", is_flag=True, help="Write SVG copies beside the PNGs.")
+def plot(folder: Path, svg: bool) -> None:
+    """Redraw every figure of FOLDER (a `tailsim run` or `tailsim sweep` folder) from its
+    result files into FOLDER/figures/."""
     with bad_input_exits():
-        tables = read_result_tables(folder)
-    from sim.plots import write_policy_comparison  # noqa: PLC0415 - slow import, on demand
+        check_results_folder(folder)
+    from sim.plots import write_figures  # noqa: PLC0415 - slow import, on demand
 
-    path = write_policy_comparison(
-        tables.summary,
-        tables.requests,
-        tables.deadline_s,
-        folder / FIGURE,
-        title=f"{tables.name}: {tables.summary['requests'].iloc[0]} requests",
-    )
-    out.print(f"figure: {path}", markup=False)
+    for path in write_figures(folder, svg=svg):
+        out.print(f"figure: {path}", markup=False)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option(
+    "--out", "out_file", type=click.Path(path_type=Path), help="Default: FOLDER/report.html."
+)
+def report(folder: Path, out_file: Path | None) -> None:
+    """Write one self-contained report.html for FOLDER (a run or a sweep): the comparison table,
+    every figure (embedded), the breakdown, the resolved scenario and a plain-language reading."""
+    with bad_input_exits():
+        check_results_folder(folder)
+    from sim.report_html import write_report  # noqa: PLC0415 - slow import, on demand
+
+    with bad_input_exits():
+        path = write_report(folder, out_file)
+    out.print(f"report: {path}", markup=False)
+
+
+def check_results_folder(folder: Path) -> None:
+    """Refuse a folder that is not a finished run or sweep folder, naming what is expected."""
+    from sim.store import is_sweep_folder, read_sweep  # noqa: PLC0415
+
+    if is_sweep_folder(folder):
+        read_sweep(folder)  # refuses an unfinished sweep, saying how to finish it
+        return
+    read_result_tables(folder)
 
 
 @main.command()
@@ -265,6 +400,195 @@ def explain(folder: Path) -> None:
         seed = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("seed", "?")
     out.print(summary_table(tables.summary, tables.deadline_s, seed))
     out.print(breakdown_table(reasons))
+
+
+@main.command(name="tune")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Scenario file to write: SCENARIO plus the winner as policy `tuned`.",
+)
+@click.option(
+    "--requests",
+    "-n",
+    type=click.IntRange(min=20),
+    help="Requests per candidate at the last rung, and in the comparison (default: `requests`).",
+)
+@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@click.option(
+    "--max-cost-per-request",
+    "max_cost",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Cost cap, USD per request (default: none).",
+)
+@click.option(
+    "--min-quality",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Floor on the mean quality of delivered runs (default: none).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
+def tune_command(
+    scenario: Path,
+    out_file: Path,
+    requests: int | None,
+    seed: int | None,
+    max_cost: float | None,
+    min_quality: float,
+    quiet: bool,
+) -> None:
+    """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
+    from sim.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
+
+    with bad_input_exits(), _tune_progress(quiet) as tick:
+        outcome = run_tune(
+            scenario,
+            out_file,
+            requests=requests,
+            seed=seed,
+            max_cost=max_cost,
+            min_quality=min_quality,
+            progress=tick,
+        )
+    if not quiet:
+        out.print(tune_table(outcome.comparison, outcome.note))
+        out.print(f"written: {out_file} (run it with: tailsim run {out_file})", markup=False)
+
+
+@contextmanager
+def _tune_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar over the search's evaluations on stderr (lines when not a terminal)."""
+    if quiet:
+        yield None
+        return
+    if not err.is_terminal:
+        last: list[str] = [""]
+
+        def line(stage: str, done: int, total: int) -> None:
+            if stage != last[0]:
+                err.print(f"tune: {stage}", markup=False)
+                last[0] = stage
+
+        yield line
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("tune", total=1)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=stage)
+
+        yield tick
+
+
+def tune_table(summary: pd.DataFrame, note: str) -> Table:
+    """The tuned policy beside every hand-written one, on the scenario's own seed."""
+    table = Table(title=note, title_justify="left")
+    for header in ("policy", "valid hit rate", "hit rate", "$/request", "quality"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for row in summary.to_dict("records"):
+        table.add_row(
+            str(row["policy"]),
+            f"{row['valid_hit_rate']:.2%}",
+            f"{row['hit_rate']:.2%}",
+            _num(row["cost_per_request_usd"], 4),
+            _num(row["quality_mean"], 3),
+        )
+    return table
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option(
+    "--policy", "-p", "policies", multiple=True, help="Only these policies (repeat or commas)."
+)
+@click.option(
+    "--duration",
+    "durations",
+    multiple=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Burst lengths to try, s (repeat; default 60 and 120).",
+)
+@click.option(
+    "--multiplier",
+    "multipliers",
+    multiple=True,
+    type=click.FloatRange(min=1, min_open=True),
+    help="Rate multipliers to try in turn (repeat; default 1.5 2 3 4 6 8), then bisected.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Recovery window after the burst, s (default max(60, 4 deadlines)).",
+)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results folder.")
+@click.option("--no-plot", is_flag=True, help="Skip figures/stress.png.")
+def stress(
+    scenario: Path,
+    policies: tuple[str, ...],
+    durations: tuple[float, ...],
+    multipliers: tuple[float, ...],
+    window: float | None,
+    out_dir: Path | None,
+    no_plot: bool,
+) -> None:
+    """Find each policy's storm margin on SCENARIO: the largest burst (base rate x multiplier,
+    held for a duration) after which its goodput is back to its pre-burst level within the
+    recovery window."""
+    from sim.stress import StressPlan, default_plan, margins  # noqa: PLC0415
+    from sim.stress import stress as search  # noqa: PLC0415
+
+    with bad_input_exits():
+        _source, spec = _load(scenario)
+        names = chosen_policies(spec, _policy_names(policies), "--policy")
+        plan = default_plan(spec)
+        plan = StressPlan(
+            durations_s=tuple(durations) or plan.durations_s,
+            multipliers=tuple(sorted(multipliers)) or plan.multipliers,
+            calm_s=plan.calm_s,
+            window_s=window or plan.window_s,
+        )
+        folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="stress-")
+        check_writable(folder)
+        table = search(spec, names, plan)
+        best = margins(table)
+        write_stress_results(table, best, plan.window_s, spec.name, folder, figures=not no_plot)
+    out.print(stress_table(best, plan.window_s))
+    out.print(
+        f"results: {folder}/ (stress.csv, margins.csv"
+        + ("" if no_plot else ", figures/stress.png")
+        + ")",
+        markup=False,
+    )
+
+
+def stress_table(best: pd.DataFrame, window_s: float) -> Table:
+    """Per policy and burst length: the largest burst recovered from, and the storm margin."""
+    table = Table(
+        title=f"storm margin: largest burst after which goodput is back within {window_s:g} s",
+        title_justify="left",
+    )
+    for header in ("policy", "burst s", "largest x", "recovery s", "fails at x", "margin req"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    ranked = best.sort_values("margin_requests", ascending=False, kind="stable")
+    for row in ranked.to_dict("records"):
+        table.add_row(
+            str(row["policy"]),
+            f"{row['duration_s']:g}",
+            f"{row['largest_multiplier']:g}",
+            _num(row["recovery_s"], 0),
+            "none tried" if pd.isna(row["first_failed"]) else f"{row['first_failed']:g}",
+            f"{row['margin_requests']:.0f}",
+        )
+    return table
 
 
 @main.command()
@@ -300,6 +624,15 @@ def _progress(names: list[str], n: int, quiet: bool) -> Iterator[Callable[[str, 
     with Progress(*columns, console=err, transient=True) as bar:
         tasks = {name: bar.add_task(name, total=n) for name in names}
         yield lambda name, k: bar.advance(tasks[name], k)
+
+
+def engines_line(engines: dict[str, str], notes: dict[str, str]) -> str:
+    """One line: which engine ran each policy (and why not the vectorized one)."""
+    parts = [
+        f"{policy}={used}" + (f" ({notes[policy]})" if used == "des" and notes.get(policy) else "")
+        for policy, used in engines.items()
+    ]
+    return "engine: " + ", ".join(parts)
 
 
 def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:

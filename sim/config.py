@@ -233,6 +233,9 @@ class ServingSpec(Spec):
     rpm: QuotaLimit = Field(default=None, description="this model's own requests per minute")
     input_tpm: QuotaLimit = Field(default=None, description="this model's input tokens/minute")
     output_tpm: QuotaLimit = Field(default=None, description="this model's output tokens/minute")
+    ttft_s_per_ktok: NonNegativeFloat = Field(
+        default=0.0, description="prefill: extra first-token seconds per 1000 input tokens"
+    )
 
     @model_validator(mode="after")
     def _rates_sum_below_one(self) -> ServingSpec:
@@ -298,6 +301,29 @@ class ModelSpec(Spec):
     quality: Probability = 1.0
 
 
+class LengthSpec(Spec):
+    """An answer length that varies per call: a lognormal from its median and p99 (tokens)."""
+
+    median: Annotated[float, Field(ge=1, allow_inf_nan=False)]
+    p99: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+    @model_validator(mode="after")
+    def _p99_above_median(self) -> LengthSpec:
+        if not self.p99 > self.median:
+            raise FieldError(
+                ("p99",), f"must be greater than median ({self.median:g}), got {self.p99:g}"
+            )
+        return self
+
+
+class ValidatorSpec(Spec):
+    """A post-call check of a step's answers: catches a share of invalid ones, for a price."""
+
+    catches: Probability = Field(description="share of invalid answers it rejects")
+    latency_s: NonNegativeFloat = Field(default=0.0, description="seconds per check")
+    cost: NonNegativeFloat = Field(default=0.0, description="USD per check")
+
+
 class ToolSpec(Spec):
     """A side-effect step's external action: the remote commits it `commit_s` after the submit
     (unless it refuses with a transient error, with `error_rate`), and its confirmation reaches
@@ -326,11 +352,18 @@ class StepSpec(Spec):
     kind: Literal["llm", "tool"] = "llm"
     model: Name | None = Field(default=None, description="required for kind llm")
     input_tokens: Annotated[int, Field(ge=0)] = 1000
-    output_tokens: Annotated[int, Field(ge=1)] = 200
+    output_tokens: Annotated[int, Field(ge=1)] | LengthSpec = Field(
+        default=200, description="answer tokens: a number, or {median, p99} drawn per call"
+    )
     max_tokens: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
-        description="the answer's token cap sent with the call (default: output_tokens); "
-        "reserved at admission by providers with charge: max_tokens",
+        description="the answer's token cap sent with the call: a longer answer is cut there "
+        "(truncated, invalid); providers with charge: max_tokens reserve it at admission "
+        "(default: none; they reserve output_tokens, or a drawn length's p99)",
+    )
+    validator: ValidatorSpec | None = Field(
+        default=None,
+        description="post-call check; without one, junk is caught perfectly and for free",
     )
     after: list[Name] = Field(default_factory=list)
     required: bool = True
@@ -364,19 +397,13 @@ class StepSpec(Spec):
                     raise FieldError((key,), "a step of kind 'tool' calls no model")
         return self
 
-    @model_validator(mode="after")
-    def _max_tokens_cover_output(self) -> StepSpec:
-        if self.max_tokens is not None and self.max_tokens < self.output_tokens:
-            raise FieldError(
-                ("max_tokens",),
-                f"must be at least output_tokens ({self.output_tokens}), got {self.max_tokens}",
-            )
-        return self
-
     @property
     def reserved_output(self) -> int:
-        """The answer's token cap: `max_tokens`, else `output_tokens`."""
-        return self.max_tokens if self.max_tokens is not None else self.output_tokens
+        """The answer's token cap: `max_tokens`, else `output_tokens` (a drawn length's p99)."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        length = self.output_tokens
+        return length if isinstance(length, int) else math.ceil(length.p99)
 
 
 class WorkflowSpec(Spec):
@@ -401,9 +428,118 @@ class AdmissionSpec(Spec):
     )
 
 
-class DeadlineKeys(Spec):
-    """Keys every policy kind takes: how the request's deadline reaches its work."""
+class HedgeCapSpec(Spec):
+    """Finagle's backup-request cap (`maxExtraLoad`): extra parallel attempts (hedges, race
+    extras) may add at most `max_extra` of the primary calls sent in the last `window_s`."""
 
+    max_extra: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.05, description="hedges allowed per primary call over the window (0.05 = 5%)"
+    )
+    window_s: PositiveFloat = Field(default=10.0, description="sliding window, s")
+
+
+class RetryBudgetSpec(Spec):
+    """gRPC retry throttling (gRFC A6 `retryThrottling`): a token count starts at `max_tokens`;
+    every failed attempt takes 1, every success gives back `token_ratio` (capped at
+    `max_tokens`); retries and hedges are sent only while the count is above `max_tokens / 2`."""
+
+    max_tokens: PositiveFloat = Field(default=10.0, description="the count's start and cap")
+    token_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.1, description="tokens a successful attempt gives back"
+    )
+
+
+class BreakerSpec(Spec):
+    """A circuit breaker per provider (LiteLLM-style cooldown): after `failures` failed calls
+    within `window_s`, attempts routed to the provider are refused at the client for
+    `cooldown_s` (no call is made; the policy goes on to its next attempt)."""
+
+    failures: Annotated[int, Field(ge=1)] = Field(
+        default=3, description="failed calls within window_s that open the breaker"
+    )
+    window_s: PositiveFloat = Field(default=60.0, description="window the failures count in, s")
+    cooldown_s: PositiveFloat = Field(default=5.0, description="how long it stays open, s")
+    count: list[Literal["rate_limited", "error", "timeout", "invalid"]] = Field(
+        default_factory=lambda: ["rate_limited", "error", "timeout"],
+        description="call outcomes that count as failures",
+    )
+
+
+class AimdSpec(Spec):
+    """Client-side concurrency per provider, AIMD: calls beyond the limit wait at the client;
+    the limit is multiplied by `decrease` on a 429 (at most once per `decrease_every_s`) and
+    grows by `increase / limit` per success (about +`increase` per limit's worth of successes)."""
+
+    initial: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 16.0
+    min: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 1.0
+    max: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 256.0
+    increase: PositiveFloat = Field(default=1.0, description="additive step per limit successes")
+    decrease: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=0.5, description="factor on the limit after a 429"
+    )
+    decrease_every_s: NonNegativeFloat = Field(
+        default=1.0, description="at most one decrease per this many seconds (TCP: per RTT)"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AimdSpec:
+        if not self.min <= self.initial <= self.max:
+            raise FieldError(
+                ("initial",),
+                f"must lie between min ({self.min:g}) and max ({self.max:g}), got {self.initial:g}",
+            )
+        return self
+
+
+class ShedSpec(Spec):
+    """Shed, at its arrival, a run that cannot make its deadline: its expected time (the mean
+    time of each step over the last `window_s`, a failed step counted at deadline_s as a miss,
+    summed along the workflow's longest path) times `margin` reaches the deadline. With fewer
+    than `min_samples` step times in the window the run is admitted (so shedding never locks
+    itself in)."""
+
+    window_s: PositiveFloat = Field(default=30.0, description="how far back step times count, s")
+    margin: PositiveFloat = Field(
+        default=1.0, description="shed when expected time x margin >= deadline_s"
+    )
+    min_samples: Annotated[int, Field(ge=1)] = Field(
+        default=5, description="step times needed in the window before anything is shed"
+    )
+
+
+class ControlsSpec(Spec):
+    """Load-aware controls of one policy; each is off unless given. Their state is shared by
+    every request of the policy's simulation (and never across policies)."""
+
+    hedge_cap: HedgeCapSpec | None = None
+    retry_budget: RetryBudgetSpec | None = None
+    breaker: BreakerSpec | None = None
+    aimd: AimdSpec | None = None
+    stop_hedging_on_429_s: PositiveFloat | None = Field(
+        default=None,
+        description="no hedge or extra race attempt to a provider for this long after its last 429",
+    )
+    shed: ShedSpec | None = None
+
+
+#: A step's entry in a policy's `steps:` map: another policy's name, a full policy (with
+#: `kind`), or keys of this policy to override for that step.
+StepOverride = Name | dict[str, Any]
+
+
+class PolicyBase(Spec):
+    """What every policy kind shares: per-step overrides, load-aware controls, and how the
+    request's deadline reaches its work (propagation, deadline-aware admission). The deadline
+    keys and controls are the whole policy's: a step's entry cannot set the deadline keys."""
+
+    steps: dict[Name, StepOverride] | None = Field(
+        default=None,
+        description="per step: a policy name, a policy with `kind`, or keys of this one to "
+        "override",
+    )
+    controls: ControlsSpec | None = Field(
+        default=None, description="load-aware controls: hedge cap, retry budget, breaker, ..."
+    )
     propagate_deadline: bool = Field(
         default=True,
         description="true: the deadline cancels in-flight work and attempts get the time left; "
@@ -414,7 +550,7 @@ class DeadlineKeys(Spec):
     )
 
 
-class WaitPolicy(DeadlineKeys):
+class WaitPolicy(PolicyBase):
     """One attempt at a time, each allowed `timeout_s`, `retries` more after any failure."""
 
     kind: Literal["wait"]
@@ -428,7 +564,7 @@ class WaitPolicy(DeadlineKeys):
     )
 
 
-class CutPolicy(DeadlineKeys):
+class CutPolicy(PolicyBase):
     """As wait, but every attempt is cut at `cutoff` (seconds or a pilot percentile)."""
 
     kind: Literal["cut"]
@@ -440,7 +576,7 @@ class CutPolicy(DeadlineKeys):
     )
 
 
-class RacePolicy(DeadlineKeys):
+class RacePolicy(PolicyBase):
     """`attempts` calls at once over `providers` in turn; the first valid answer wins."""
 
     kind: Literal["race"]
@@ -455,7 +591,7 @@ class RacePolicy(DeadlineKeys):
     )
 
 
-class HedgePolicy(DeadlineKeys):
+class HedgePolicy(PolicyBase):
     """One call on the step's provider; without a valid answer `after` its start, one more."""
 
     kind: Literal["hedge"]
@@ -468,7 +604,7 @@ class HedgePolicy(DeadlineKeys):
     )
 
 
-class DownshiftPolicy(DeadlineKeys):
+class DownshiftPolicy(PolicyBase):
     """Cut the step's model at `cutoff`, then retry on the faster model `to`."""
 
     kind: Literal["downshift"]
@@ -481,17 +617,102 @@ class DownshiftPolicy(DeadlineKeys):
     )
 
 
+class AdaptivePolicy(PolicyBase):
+    """Diagnose, then pick the direction: stuck -> hedge, too slow -> fall down, invalid ->
+    fall up."""
+
+    kind: Literal["adaptive"]
+    cutoff: Threshold = Field(
+        description="diagnosis time after an attempt's start: no first token = cut and re-draw; "
+        "tokens flowing too slowly for the time left = fall down"
+    )
+    ttft_cutoff: Threshold | None = Field(
+        default=None, description="no first token by then = stuck: hedge a fresh attempt"
+    )
+    hedge_after: Threshold | None = Field(
+        default=None, description="no answer by then: hedge a fresh attempt in parallel"
+    )
+    fall_down: Name | None = Field(
+        default=None, description="faster model for too-slow generation and truncated answers"
+    )
+    fall_up: Name | None = Field(default=None, description="stronger model after an invalid answer")
+    attempts: Annotated[int, Field(ge=1)] = Field(default=3, description="calls per step at most")
+    providers: list[Name] | None = None
+    reserve_s: NonNegativeFloat | None = Field(
+        default=None,
+        description="seconds the steps after this one need; default: the sum of pilot medians "
+        "along the longest path after it",
+    )
+
+
+class DraftPolicy(PolicyBase):
+    """Race a cheap fast `model` against the step's: keep the draft if the primary has not
+    answered `upgrade_within` after the start, else upgrade to the primary's answer."""
+
+    kind: Literal["draft"]
+    model: Name
+    upgrade_within: Threshold = "p95"
+    providers: list[Name] | None = Field(
+        default=None, description="the draft runs on the first of these serving `model`"
+    )
+
+
+class PerStepPolicy(PolicyBase):
+    """A map of step -> policy (a name or a policy with `kind`); `default` for the rest. Its
+    own `controls` (if given) and deadline keys apply to every step."""
+
+    kind: Literal["per_step"]
+    steps: dict[Name, StepOverride]  # type: ignore[assignment]
+    default: StepOverride = "wait"
+
+
 PolicySpec = Annotated[
-    WaitPolicy | CutPolicy | RacePolicy | HedgePolicy | DownshiftPolicy,
+    WaitPolicy
+    | CutPolicy
+    | RacePolicy
+    | HedgePolicy
+    | DownshiftPolicy
+    | AdaptivePolicy
+    | DraftPolicy
+    | PerStepPolicy,
     Field(discriminator="kind"),
 ]
-POLICY_KINDS = ("wait", "cut", "race", "hedge", "downshift")
+#: A policy that runs one step directly (a `per_step` map resolves to these).
+PlainPolicy = (
+    WaitPolicy
+    | CutPolicy
+    | RacePolicy
+    | HedgePolicy
+    | DownshiftPolicy
+    | AdaptivePolicy
+    | DraftPolicy
+)
+POLICY_KINDS = ("wait", "cut", "race", "hedge", "downshift", "adaptive", "draft", "per_step")
+#: Fields holding a `Threshold`, by policy class; the first is the one `resolve_thresholds`
+#: reports per step.
+THRESHOLD_FIELDS: dict[type, tuple[str, ...]] = {
+    CutPolicy: ("cutoff",),
+    HedgePolicy: ("after",),
+    DownshiftPolicy: ("cutoff",),
+    AdaptivePolicy: ("cutoff", "ttft_cutoff", "hedge_after"),
+    DraftPolicy: ("upgrade_within",),
+}
+#: Fields naming a model, by policy kind.
+MODEL_FIELDS = {"downshift": ("to",), "adaptive": ("fall_down", "fall_up"), "draft": ("model",)}
+
+
+class SegmentSpec(Spec):
+    """One stretch of a `schedule`: Poisson arrivals at `rate_per_s` for `duration_s`."""
+
+    duration_s: PositiveFloat
+    rate_per_s: PositiveFloat
 
 
 class ArrivalsSpec(Spec):
-    """When requests arrive: Poisson, on/off bursts with the same mean rate, or a trace replay."""
+    """When requests arrive: Poisson, on/off bursts with the same mean rate, a trace replay, or
+    a schedule of Poisson segments (a burst at a known time)."""
 
-    kind: Literal["poisson", "bursty", "trace"] = "poisson"
+    kind: Literal["poisson", "bursty", "trace", "schedule"] = "poisson"
     rate_per_s: PositiveFloat = 1.0
     peak_to_mean: Annotated[float, Field(gt=1)] = Field(
         default=5.0, description="bursty: arrival rate inside a burst over the mean rate"
@@ -502,6 +723,10 @@ class ArrivalsSpec(Spec):
     time_scale: PositiveFloat = Field(
         default=1.0, description="trace: multiply gaps by this (0.5 = twice the load)"
     )
+    segments: list[SegmentSpec] | None = Field(
+        default=None,
+        description="schedule: Poisson segments in order; after the last, `rate_per_s` again",
+    )
 
     _times: np.ndarray | None = PrivateAttr(default=None)
 
@@ -509,6 +734,10 @@ class ArrivalsSpec(Spec):
     def _trace_needs_file(self) -> ArrivalsSpec:
         if self.kind == "trace" and self.file is None:
             raise FieldError(("file",), "missing: kind 'trace' needs a file of timestamps")
+        if self.kind == "schedule" and not self.segments:
+            raise FieldError(
+                ("segments",), "missing: kind 'schedule' needs segments [{duration_s, rate_per_s}]"
+            )
         return self
 
     @property
@@ -564,10 +793,32 @@ class BillingSpec(Spec):
 
 
 class SweepSpec(Spec):
-    """A grid of key-path overrides run by `tailsim sweep`."""
+    """A grid of key-path overrides run by `tailsim sweep`, and `zip`: paired lists whose i-th
+    values are set together (one axis of the grid, not a product)."""
 
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
+    zip: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     replications: Annotated[int, Field(ge=1)] = 1
+
+    @model_validator(mode="after")
+    def _zip_lists_pair_up(self) -> SweepSpec:
+        lengths = {key: len(values) for key, values in self.zip.items()}
+        if len(set(lengths.values())) > 1:
+            first = next(iter(lengths))
+            problems = [
+                (
+                    ("zip", key),
+                    f"has {n} values, but {first} has {lengths[first]}: paired lists "
+                    "must be equally long",
+                )
+                for key, n in lengths.items()
+                if n != lengths[first]
+            ]
+            raise FieldError(*problems[0], *problems[1:])
+        both = [key for key in self.zip if key in self.grid]
+        if both:
+            raise FieldError(("zip", both[0]), "is also in sweep.grid: a key is swept one way")
+        return self
 
 
 class Scenario(Spec):
@@ -594,12 +845,47 @@ class Scenario(Spec):
     pilot: PilotSpec = PilotSpec()
     billing: BillingSpec = BillingSpec()
     sweep: SweepSpec | None = None
+    quality_floor: Probability = Field(
+        default=0.0,
+        description="a delivered run whose quality is below this is not a valid hit",
+    )
+    engine: Literal["auto", "des", "vectorized"] = Field(
+        default="auto",
+        description="auto: the vectorized engine where it gives the same numbers (nothing shared "
+        "between requests), else the event engine; des: always the event engine; vectorized: "
+        "always the vectorized engine (an error where it does not apply)",
+    )
+    timeseries_bin_s: PositiveFloat = Field(
+        default=10.0, description="width of a timeseries.parquet bin, s"
+    )
 
     _source_dir: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _step_maps_are_per_step_policies(cls, data: Any) -> Any:
+        """`policies: {name: {step: policy, ...}}` without `kind` is a per_step map."""
+        if not isinstance(data, dict) or not isinstance(data.get("policies"), dict):
+            return data
+        steps = _sequence(_mapping(data.get("workflow")).get("steps"))
+        ids = {s.get("id") for s in steps if isinstance(s, dict)}
+        policies = dict(data["policies"])
+        for name, raw in policies.items():
+            if isinstance(raw, dict) and raw and "kind" not in raw:
+                keys = set(raw) - {"default"}
+                if keys and keys <= ids:
+                    default = {"default": raw["default"]} if "default" in raw else {}
+                    steps_map = {k: v for k, v in raw.items() if k != "default"}
+                    policies[name] = {"kind": "per_step", "steps": steps_map, **default}
+        return {**data, "policies": policies}
 
     @model_validator(mode="after")
     def _check_references(self) -> Scenario:
         problems = reference_problems(self.model_dump())
+        if not problems:
+            from sim.perstep import step_problems  # noqa: PLC0415 - it imports this module
+
+            problems = step_problems(self)
         if problems:
             raise FieldError(*problems[0], *problems[1:])
         return self
@@ -727,17 +1013,19 @@ def _policy_problems(
                         f"unknown provider '{pname}'{_choices(pname, serves)}",
                     )
                 )
-        target = policy.get("to")
-        if policy.get("kind") == "downshift" and isinstance(target, str) and models:
+        for field in MODEL_FIELDS.get(str(policy.get("kind")), ()):
+            target = policy.get(field)
+            if not isinstance(target, str) or not models:
+                continue
             if target not in models:
                 problems.append(
                     (
-                        ("policies", name, "to"),
+                        ("policies", name, field),
                         f"unknown model '{target}'{_choices(target, models)}",
                     )
                 )
             elif serves and not any(target in served for served in serves.values()):
-                problems.append((("policies", name, "to"), f"no provider serves model '{target}'"))
+                problems.append((("policies", name, field), f"no provider serves model '{target}'"))
     return problems
 
 

@@ -19,7 +19,8 @@ import simpy
 from sim.actions import Action, ToolDesk
 from sim.backoff import retry_wait
 from sim.conditions import difficulty_factors
-from sim.config import Scenario
+from sim.config import Scenario, ValidatorSpec
+from sim.controls import FAIL_SHED, OUTCOME_BREAKER_OPEN, Controls
 from sim.deadlines import (
     BY_ADMISSION,
     BY_ATTEMPT,
@@ -30,14 +31,16 @@ from sim.deadlines import (
     attempt_limit,
     rules_for,
 )
-from sim.latency import CallLatency, build_distribution
+from sim.latency import U_OUTCOME, CallLatency, LogNormal, build_distribution
 from sim.policies import Attempt, Policy
 from sim.provider import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
+    OUTCOME_INVALID,
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
+    OUTCOME_TRUNCATED,
     Call,
     Provider,
     Serving,
@@ -64,11 +67,14 @@ class Run:
 
     __slots__ = (
         "active",
+        "answered",
         "arrival",
         "calls",
         "closed",
         "cost",
         "deadline_at",
+        "drafts_kept",
+        "drafts_upgraded",
         "edge_done",
         "end",
         "fail_reason",
@@ -78,6 +84,8 @@ class Run:
         "given_up_at",
         "index",
         "ok",
+        "quality",
+        "quality_sum",
         "refused_retries",
         "refused_starts",
         "remaining",
@@ -85,6 +93,9 @@ class Run:
         "running",
         "tokens",
         "unresolved",
+        "valid",
+        "valid_hit",
+        "valid_steps",
     )
 
     def __init__(
@@ -112,6 +123,15 @@ class Run:
         self.refused_starts = 0  # steps' first attempts refused for lack of time
         self.remaining = [len(s.depends_on) for s in workflow.steps]
         self.unresolved = len(workflow.steps)
+        # answers: is each step's answer valid (its own and everything it was built on)
+        self.valid_steps = [True] * len(workflow.steps)
+        self.answered = 0  # steps with an accepted answer
+        self.quality_sum = 0.0  # sum of the answering models' quality
+        self.valid = False  # set at the end: every required answer valid
+        self.quality = math.nan  # set at the end of a delivered run
+        self.valid_hit = False  # on time, every required answer valid, quality >= the floor
+        self.drafts_kept = 0
+        self.drafts_upgraded = 0
 
 
 @dataclass
@@ -121,6 +141,9 @@ class Records:
     policy: str
     runs: list[Run]
     calls: list[Call]
+    #: Seconds any provider's breaker was open (0 without a breaker).
+    breaker_open_s: float = 0.0
+    #: Tool steps' action records (empty without tool steps).
     actions: list[Action] = field(default_factory=list)
 
 
@@ -179,17 +202,52 @@ class Simulation:
         self._disconnect_after = (
             build_distribution(disconnect.after_s) if disconnect is not None else None
         )
+        self.model_quality = {m: spec.quality for m, spec in scenario.models.items()}
+        self.quality_floor = scenario.quality_floor
+        self.lengths = {
+            s.id: LogNormal.from_median_p99(s.length.median, s.length.p99)
+            for s in self.workflow.steps
+            if s.length is not None
+        }
         retry = scenario.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
         self._resend_uniforms: dict[int, np.ndarray] = {}
+        #: The policy's load-aware controls (None: off, and the plain call path is used).
+        self.controls: Controls | None = None
+        if policy.controls is not None:
+            self.controls = Controls(self.env, policy.controls, list(self.providers), self.workflow)
+            self._call = self._controlled_call  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ driving
 
-    def run(self, arrivals: np.ndarray, progress: Callable[[int], None] | None = None) -> Records:
-        """Replay `arrivals` (seconds) to the end and return the records."""
+    def run(
+        self,
+        arrivals: np.ndarray,
+        progress: Callable[[int], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> Records:
+        """Replay `arrivals` (seconds) to the end and return the records.
+
+        `stop` is asked every few thousand events; when it says yes the run ends with
+        KeyboardInterrupt between two events, never inside simpy's own bookkeeping."""
         self.env.process(self._arrivals(arrivals, progress))
-        self.env.run()
-        return Records(self.policy.name, self.runs, self.calls, self.actions)
+        if stop is None:
+            self.env.run()
+        else:
+            self._run_until_stopped(stop)
+        open_s = self.controls.breaker_open_s(self.env.now) if self.controls is not None else 0.0
+        return Records(self.policy.name, self.runs, self.calls, open_s, self.actions)
+
+    def _run_until_stopped(self, stop: Callable[[], bool], every: int = 4096) -> None:
+        step = self.env.step
+        try:
+            while True:
+                for _ in range(every):
+                    step()
+                if stop():
+                    raise KeyboardInterrupt
+        except simpy.core.EmptySchedule:
+            return
 
     def _arrivals(
         self, times: np.ndarray, progress: Callable[[int], None] | None
@@ -209,6 +267,10 @@ class Simulation:
         env = self.env
         run = Run(env, self.workflow, index, resend, self.deadline_s)
         self.runs.append(run)
+        if self.controls is not None and not self.controls.admits_run(self.deadline_s):
+            run.fail_reason = FAIL_SHED  # shed at arrival: expected past its deadline
+            self._finish(run, ok=False, end=env.now)
+            return
         for step in self.workflow.roots:
             env.process(self._step(run, step))
         if math.isfinite(self.deadline_s):
@@ -217,7 +279,7 @@ class Simulation:
             self._schedule_disconnect(run)
 
     def _deadline_passed(self, run: Run) -> None:
-        if math.isnan(run.end):  # still going: the run has failed
+        if math.isnan(run.end):  # still going (or too late to deliver): the run has failed
             self._give_up(run, FAIL_DEADLINE, run.deadline_at)
 
     def _schedule_disconnect(self, run: Run) -> None:
@@ -257,6 +319,12 @@ class Simulation:
             return
         run.ok = ok
         run.end = end
+        if ok:
+            steps = self.workflow.steps
+            run.valid = all(run.valid_steps[s.index] for s in steps if s.required)
+            mean = run.quality_sum / run.answered if run.answered else 1.0
+            run.quality = mean if run.valid else 0.0
+            run.valid_hit = run.valid and run.quality >= self.quality_floor - 1e-12
         for process in list(run.active):
             self._cancel(run, process, cause)
         if not ok and self._resend_probability > 0 and run.fail_reason != FAIL_DISCONNECT:
@@ -285,17 +353,33 @@ class Simulation:
     def _step(self, run: Run, step: Step | None) -> Generator[simpy.Event, Any, None]:
         """Run a step, then go on with the first step it unlocks (others get processes of their
         own): a chain costs one process, a DAG one per branch."""
+        env = self.env
         while step is not None:
             handle = _StepRun(self, run, step)
             run.running = step.id
+            began = env.now
             if step.tool is None:
                 ok = yield from self.policy.execute(handle)
             else:
                 ok = yield from self.tools.execute(handle)
+            if ok and not run.closed:
+                self._answered(run, step, handle.answer)
+            if self.controls is not None:
+                self.controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
             ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
             step = ready[0] if ready else None
             for other in ready[1:]:
                 self.env.process(self._step(run, other))
+
+    def _answered(self, run: Run, step: Step, answer: Call | None) -> None:
+        """Record the answer a step delivered: its model's quality, and whether it is valid
+        (an invalid answer, or one built on an invalid one, breaks quality, not latency)."""
+        if answer is None:
+            return
+        run.answered += 1
+        run.quality_sum += self.model_quality[answer.model]
+        valid = answer.valid and all(run.valid_steps[d] for d in step.depends_on)
+        run.valid_steps[step.index] = valid
 
     def _resolve(self, run: Run, step: Step, ok: bool, outcome: str) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
@@ -337,48 +421,64 @@ class Simulation:
     def _call(
         self, handle: _StepRun, attempt: int, plan: Attempt
     ) -> Generator[simpy.Event, Any, Call | None]:
-        """One policy attempt: a call on its provider, then the SDK's own retries, if any."""
+        """One policy attempt: a call on its provider (its answer truncated at `max_tokens` and
+        passed through the step's validator), then the SDK's own retries, if any."""
         run = handle.run
         if run.closed:
             return None
-        #: (queue budget, latest pickup, budget that binds the cut, service budget)
-        limits: tuple[float | None, float, str, float | None] = (None, math.inf, BY_ATTEMPT, None)
+        limits = _NO_LIMITS
         if not handle.plain:  # budgets, a reserve or admission: how long may this attempt run?
-            limit, by = handle.limit(plan.give_up_after, None)
-            if limit is not None and limit <= 0:  # no time left at all: start nothing
-                handle.refuse(attempt)
+            limits = self._limits(handle, attempt, plan)
+            if limits is None:  # refused: the time left cannot fund it
                 return None
-            if not handle.admits(0.0, attempt):  # cannot finish in the time left
-                return None
-            expected = self.rules.expected
-            start_by = math.inf  # picked up later, it cannot finish in time: it refuses
-            if expected is not None:
-                start_by = min(handle.known_end, handle.step_end) - expected[handle.step.id]
-            limits = (handle.step.queue_budget_s, start_by, by, handle.step.attempt_budget_s)
-            if limit != plan.give_up_after:
-                plan = Attempt(plan.provider, plan.model, limit)
+            if limits.give_up_after != plan.give_up_after:
+                plan = Attempt(plan.provider, plan.model, limits.give_up_after)
         provider = self.providers[plan.provider]
-        call, args = self._prepare(run, handle.step, provider, attempt, plan, 0)
+        call, args, truncated = self._prepare(handle, provider, attempt, plan, 0)
         process = self.env.active_process
         run.active.add(process)
         try:
             if handle.plain:
                 yield from provider.call(call, *args, plan.give_up_after)
             else:
-                yield from provider.call(call, *args, plan.give_up_after, *limits[:2], limits[3])
+                yield from provider.call(
+                    call, *args, plan.give_up_after, limits.queue, limits.start_by, limits.service
+                )
+            if truncated or handle.step.validator is not None:
+                yield from self._check_answer(handle, call, truncated)
             run.calls += 1  # as `_record`, written out on the hot path
             run.cost += call.cost
             run.tokens += call.billed_input + call.billed_output
             self.calls.append(call)
-            self._label(handle, call, attempt, limits[2])
+            self._label(handle, call, attempt, limits.by)
             if provider.sdk_retries:
                 call = yield from self._sdk_retries(handle, provider, attempt, plan, call, limits)
         finally:
             run.active.discard(process)
         handle.last_outcome = call.outcome
         if call.outcome == OUTCOME_OK:
-            self._first_signal(run, call)
+            handle.answer = call
+            if math.isnan(run.end):  # the run's first useful signal: its earliest first token
+                signal = call.start + call.queue + call.ttft - run.arrival
+                if not signal >= run.first_signal:  # True while first_signal is NaN
+                    run.first_signal = signal
         return call
+
+    def _limits(self, handle: _StepRun, attempt: int, plan: Attempt) -> _Limits | None:
+        """How long an attempt starting now may run and which budget binds, or None (counted)
+        when it is refused: no time left at all, or (admission) too little to finish."""
+        limit, by = handle.limit(plan.give_up_after, None)
+        if limit is not None and limit <= 0:  # no time left at all: start nothing
+            handle.refuse(attempt)
+            return None
+        if not handle.admits(0.0, attempt):  # cannot finish in the time left
+            return None
+        expected = self.rules.expected
+        start_by = math.inf  # picked up later, it cannot finish in time: it refuses
+        if expected is not None:
+            start_by = min(handle.known_end, handle.step_end) - expected[handle.step.id]
+        step = handle.step
+        return _Limits(limit, step.queue_budget_s, start_by, by, step.attempt_budget_s)
 
     @staticmethod
     def _label(handle: _StepRun, call: Call, attempt: int, by: str) -> None:
@@ -388,44 +488,80 @@ class Simulation:
         elif call.ended_by == BY_ADMISSION:
             handle.refuse(attempt, call.sdk_retry)
 
-    def _first_signal(self, run: Run, call: Call) -> None:
-        """A step answered: its first token may be the run's first useful signal (the earliest
-        valid answer's: the first step's in a chain; none once the run is over)."""
-        if math.isnan(run.end):
-            signal = call.start + call.queue + call.ttft - run.arrival
-            if not signal >= run.first_signal:  # True while first_signal is NaN
-                run.first_signal = signal
+    def _controlled_call(
+        self, handle: _StepRun, attempt: int, plan: Attempt
+    ) -> Generator[simpy.Event, Any, Call | None]:
+        """`_call` under load-aware controls: refused while the provider's breaker is open (no
+        call is made), queued at the client under an AIMD limit, and learnt from."""
+        controls = self.controls
+        assert controls is not None
+        run, provider = handle.run, plan.provider
+        if run.closed:
+            return None
+        if controls.refuses(provider):
+            step = handle.step
+            call = Call(
+                run, step.id, attempt, provider, plan.model, self.env.now,
+                step.input_tokens, step.output_tokens, queue=0.0, end=self.env.now,
+                outcome=OUTCOME_BREAKER_OPEN,
+            )  # fmt: skip
+            handle.last_outcome = call.outcome
+            return call
+        gate = controls.acquire(provider)
+        if gate is not None:  # over the AIMD limit: wait at the client (cancellable)
+            process = self.env.active_process
+            run.active.add(process)
+            try:
+                yield gate
+            except simpy.Interrupt:
+                controls.abandon(provider, gate)
+                return None
+            finally:
+                run.active.discard(process)
+            if run.closed:
+                controls.release(provider)
+                return None
+        if attempt == 0:
+            controls.primary_sent()
+        try:
+            call = yield from Simulation._call(self, handle, attempt, plan)
+        finally:
+            controls.release(provider)
+        if call is not None:
+            controls.attempt_ended(call)
+        return call
 
     def _prepare(
-        self, run: Run, step: Step, provider: Provider, attempt: int, plan: Attempt, sdk: int
-    ) -> tuple[Call, tuple[float, float, float, int]]:
-        """A call about to be sent and its draws (common random numbers): first token,
-        generation (times the request's difficulty), stall, drawn outcome."""
+        self, handle: _StepRun, provider: Provider, attempt: int, plan: Attempt, sdk: int
+    ) -> tuple[Call, tuple[float, float, float, int], bool]:
+        """A call about to be sent and its draws (common random numbers): first token (plus
+        prefill), generation (times the request's difficulty, scaled to this call's drawn
+        answer length), stall, drawn outcome; and whether the answer will be truncated."""
+        run, step = handle.run, handle.step
         latency = self.latencies[(plan.provider, plan.model)]
+        path = (plan.provider, plan.model)
         draws = (
-            self.bank.draws(
-                step.id,
-                attempt,
-                run.resend,
-                (plan.provider, plan.model),
-                latency,
-                step.output_tokens,
-            )
+            self.bank.draws(step.id, attempt, run.resend, path, latency, step.output_tokens)
             if sdk == 0
             else self.bank.draws(
-                step.id,
-                attempt,
-                run.resend,
-                (plan.provider, plan.model),
-                latency,
-                step.output_tokens,
-                sdk,
+                step.id, attempt, run.resend, path, latency, step.output_tokens, sdk
             )
         )
         i = run.index
-        ttft, generation = draws.ttft[i], draws.generation[i]
+        ttft, generation, tokens = draws.ttft[i], draws.generation[i], step.output_tokens
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
+        if latency.ttft_s_per_ktok > 0:  # prefill grows with the prompt
+            ttft += latency.ttft_s_per_ktok * step.input_tokens / 1000
+        length = self.lengths.get(step.id)
+        if length is not None:  # this call's answer length; generation time scales with it
+            u = self.bank.length_uniforms(step.id, attempt, run.resend)[i]
+            tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
+            generation *= tokens / step.output_tokens
+        truncated = step.max_tokens is not None and tokens > step.max_tokens
+        if truncated:
+            generation *= step.max_tokens / tokens  # type: ignore[operator]
+            tokens = step.max_tokens  # type: ignore[assignment]
         call = Call(
             run,
             step.id,
@@ -434,14 +570,27 @@ class Simulation:
             plan.model,
             self.env.now,
             step.input_tokens,
-            step.output_tokens,
+            tokens,
             reserved=step.reserved_output,
         )
         if sdk:
             call.sdk_retry = sdk
         if provider.spell_error_rate > 0:
             call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, run.resend, sdk)
-        return call, (ttft, generation, draws.stall[i], draws.outcome[i])
+        handle.flights[attempt] = Flight(call, ttft, generation, draws.stall[i])
+        return call, (ttft, generation, draws.stall[i], draws.outcome[i]), truncated
+
+    def _check_answer(
+        self, handle: _StepRun, call: Call, truncated: bool
+    ) -> Generator[simpy.Event, Any, None]:
+        """A delivered answer cut at `max_tokens` is truncated (invalid, caught for free); an
+        answer (valid or junk) then goes through the step's validator, if it has one."""
+        if truncated and call.outcome == OUTCOME_OK:
+            call.outcome = OUTCOME_TRUNCATED
+        validator = handle.step.validator
+        if validator is not None and call.outcome in (OUTCOME_OK, OUTCOME_INVALID):
+            latency = self.latencies[(call.provider, call.model)]
+            yield from self._validate(handle.run, call, validator, latency, call.attempt)
 
     def _record(self, run: Run, call: Call) -> None:
         """Add an ended call to its run's totals and to the records."""
@@ -457,7 +606,7 @@ class Simulation:
         attempt: int,
         plan: Attempt,
         call: Call,
-        limits: tuple[float | None, float, str, float | None],
+        limits: _Limits,
     ) -> Generator[simpy.Event, Any, Call]:
         """The SDK's hidden retries inside one policy attempt: after a 429 or a hard error it
         waits (Retry-After up to its cap, else its backoff) and calls again, up to
@@ -488,13 +637,44 @@ class Simulation:
                     break
             if run.closed:
                 break
-            call, args = self._prepare(run, handle.step, provider, attempt, plan, j)
+            call, args, truncated = self._prepare(handle, provider, attempt, plan, j)
             try:
-                yield from provider.call(call, *args, left, *limits[:2], limits[3])
+                if handle.plain:
+                    yield from provider.call(call, *args, left)
+                else:
+                    yield from provider.call(
+                        call, *args, left, limits.queue, limits.start_by, limits.service
+                    )
+                if truncated or handle.step.validator is not None:
+                    yield from self._check_answer(handle, call, truncated)
             finally:
                 self._record(run, call)
-            self._label(handle, call, attempt, limits[2])
+            self._label(handle, call, attempt, limits.by)
         return call
+
+    def _validate(
+        self, run: Run, call: Call, validator: ValidatorSpec, latency: CallLatency, attempt: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """The step's validator checks an answer: it takes `latency_s`, costs `cost`, and
+        rejects an invalid answer with probability `catches` (the rest pass as if valid)."""
+        call.cost += validator.cost
+        if validator.latency_s > 0:
+            try:
+                yield self.env.timeout(validator.latency_s)
+            except simpy.Interrupt as stop:
+                call.outcome, call.ended_by = OUTCOME_CANCELLED, str(stop.cause)
+                call.end = self.env.now
+                return
+            call.end = self.env.now
+        if call.outcome != OUTCOME_INVALID:
+            return
+        # where this call's outcome uniform fell inside the invalid band: uniform on [0, 1),
+        # independent of everything else, and common to every policy
+        block = self.bank.uniforms(call.step, attempt, run.resend, call.sdk_retry)
+        v = float(block[run.index, U_OUTCOME])
+        w = (v - latency.error_rate) / latency.invalid_rate if latency.invalid_rate > 0 else 0.0
+        if not w < validator.catches:
+            call.outcome, call.valid = OUTCOME_OK, False
 
     @staticmethod
     def _cancel(run: Run, process: simpy.Process, cause: str = CANCEL) -> None:
@@ -503,11 +683,28 @@ class Simulation:
             process.interrupt(cause)
 
 
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """An attempt's limits when a budget, a reserve or admission is set (see `Provider.call`):
+    its cut, its queue budget, the latest pickup that can still finish, the budget that binds
+    the cut (its `ended_by`), and its service budget from the slot grant."""
+
+    give_up_after: float | None = None
+    queue: float | None = None
+    start_by: float = math.inf
+    by: str = BY_ATTEMPT
+    service: float | None = None
+
+
+#: The limits of an attempt on the fast path (no budget, reserve or admission).
+_NO_LIMITS = _Limits()
+
+
 class _StepRun:
     """The engine's handle for a policy running one step of one run."""
 
-    __slots__ = ("env", "known_end", "last_outcome", "plain", "run", "sim", "step", "step_end",
-                 "work_end")  # fmt: skip
+    __slots__ = ("answer", "env", "flights", "known_end", "last_outcome", "plain", "run", "sim",
+                 "step", "step_end", "work_end")  # fmt: skip
 
     def __init__(self, sim: Simulation, run: Run, step: Step) -> None:
         self.sim = sim
@@ -515,6 +712,8 @@ class _StepRun:
         self.run = run
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
+        self.answer: Call | None = None  # the answer the step delivers (last ok by default)
+        self.flights: dict[int, Flight] = {}  # every attempt's call and its drawn times
         rules = sim.rules
         #: When this step's budget runs out (inf: no step budget).
         self.step_end = self.env.now + step.budget_s
@@ -523,7 +722,7 @@ class _StepRun:
         self.known_end = run.deadline_at - rules.reserve_s if rules.propagate else math.inf
         #: Where attempts are cut for the request's time (inf: the deadline cancels them).
         self.work_end = self.known_end if rules.caps_attempts else math.inf
-        #: Nothing to check per attempt: today's fast path.
+        #: Nothing to check per attempt: the fast path.
         self.plain = (
             self.step_end == math.inf
             and self.work_end == math.inf
@@ -576,12 +775,87 @@ class _StepRun:
     def cancel(self, process: simpy.Process) -> None:
         Simulation._cancel(self.run, process, BY_LOSER)
 
+    def may_retry(self) -> bool:
+        controls = self.sim.controls
+        return controls is None or controls.may_retry()
+
+    def may_hedge(self, provider: str) -> bool:
+        controls = self.sim.controls
+        return controls is None or controls.may_hedge(provider)
+
     def jitter(self, retry: int) -> float:
         """This run's backoff-jitter uniform for the step's retry number `retry` (the same
         under every policy)."""
         return self.sim.bank.uniform(
             self.run.index, "backoff", self.step.id, retry, self.run.resend
         )
+
+    def accept(self, call: Call) -> None:
+        """The step delivers this call's answer (a draft kept, or the primary's upgrade)."""
+        self.answer = call
+
+    def note_draft(self, kept: bool) -> None:
+        """Count a draft race's result: the draft kept, or upgraded to the primary's answer."""
+        if kept:
+            self.run.drafts_kept += 1
+        else:
+            self.run.drafts_upgraded += 1
+
+    def first_token(self, attempt: int) -> bool:
+        """True once attempt `attempt` has streamed its first token (what a client sees)."""
+        flight = self.flights.get(attempt)
+        return flight is not None and flight.first_token_at() <= self.env.now
+
+    def projected_left(self, attempt: int) -> float:
+        """Seconds attempt `attempt` still needs at the rate its tokens flowed over the last
+        second (inf with no first token yet or no token in the last second): what a streaming
+        client can estimate, not the drawn truth."""
+        flight = self.flights.get(attempt)
+        return math.inf if flight is None else flight.projected_left(self.env.now, self.step)
+
+
+@dataclass(slots=True)
+class Flight:
+    """An attempt's call and its drawn times, to tell what a streaming client sees of it."""
+
+    call: Call
+    ttft: float
+    generation: float
+    stall: float
+
+    def first_token_at(self) -> float:
+        """When the first token arrives (inf while still queued or once cut before it)."""
+        call = self.call
+        if math.isnan(call.queue):  # still queued
+            return math.inf
+        at = call.start + call.queue + self.ttft
+        return math.inf if call.outcome and call.end < at else at
+
+    def emitted(self, at: float) -> float:
+        """Tokens streamed by time `at`: evenly over generation, with the stall at mid-stream."""
+        tau = at - self.first_token_at()
+        tokens, g, s = self.call.output_tokens, self.generation, self.stall
+        if tau <= 0:
+            return 0.0
+        if g <= 0 or tau >= g + s:
+            return float(tokens)
+        if tau <= g / 2:
+            return tokens * tau / g
+        if tau <= g / 2 + s:
+            return tokens / 2
+        return tokens * (tau - s) / g
+
+    def projected_left(self, now: float, step: Step) -> float:
+        """Seconds left at the last second's token rate towards the expected length."""
+        if self.call.outcome or self.first_token_at() > now:
+            return 0.0 if self.call.outcome else math.inf
+        window = min(1.0, now - self.first_token_at())
+        done = self.emitted(now)
+        rate = (done - self.emitted(now - window)) / window if window > 0 else 0.0
+        target = max(float(step.output_tokens), done)
+        if target - done <= 0:
+            return 0.0
+        return (target - done) / rate if rate > 0 else math.inf
 
 
 def serving_latencies(scenario: Scenario) -> dict[tuple[str, str], CallLatency]:

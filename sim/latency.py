@@ -181,6 +181,7 @@ class CallLatency:
     stall_extra: Distribution | None
     error_rate: float
     invalid_rate: float
+    ttft_s_per_ktok: float = 0.0  # prefill: first-token seconds added per 1000 input tokens
 
     @classmethod
     def from_spec(cls, spec: ServingSpec) -> CallLatency:
@@ -193,6 +194,7 @@ class CallLatency:
             stall_extra=build_distribution(stall.extra_s) if stall else None,
             error_rate=spec.error_rate,
             invalid_rate=spec.invalid_rate,
+            ttft_s_per_ktok=spec.ttft_s_per_ktok,
         )
 
     def draw(self, u: np.ndarray, output_tokens: int) -> CallDraws:

@@ -21,17 +21,18 @@ from sim.provider import (
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
+    OUTCOME_TRUNCATED,
 )
 
 CALL_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
     "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
-    "retry_after_s", "quota_tokens", "sdk_retry", "ended_by", "orphan",
+    "retry_after_s", "quota_tokens", "sdk_retry", "valid", "ended_by", "orphan",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
-    "calls", "end_s", "fail_reason", "fail_step", "first_signal_s", "refused_retries",
-    "refused_starts",
+    "calls", "end_s", "fail_reason", "fail_step", "valid", "quality", "valid_hit", "draft_kept",
+    "draft_upgraded", "first_signal_s", "refused_retries", "refused_starts",
 )  # fmt: skip
 
 #: Summary columns with their unit and meaning (the docs table is generated from this).
@@ -39,7 +40,11 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "policy": ("", "policy name from the scenario"),
     "requests": ("count", "unique customer requests"),
     "runs": ("count", "workflow runs: requests plus customer re-sends of failed ones"),
-    "hit_rate": ("fraction", "runs that returned every required step validly within deadline_s"),
+    "hit_rate": (
+        "fraction",
+        "runs that returned every required step validly within deadline_s (as far as the steps' "
+        "checks tell: see valid_hit_rate)",
+    ),
     "hit_rate_lo": ("fraction", "lower end of the 95% Wilson interval of hit_rate"),
     "hit_rate_hi": ("fraction", "upper end of the 95% Wilson interval of hit_rate"),
     "p50_s": (
@@ -69,12 +74,43 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "wasted_cost_share": ("fraction", "share of the cost billed for calls that did not answer ok"),
     "quality_mean": (
         "score",
-        "mean over successful runs of the mean `quality` of the models that answered each step",
+        "mean over successful runs of their `quality`: the mean `quality` of the models that "
+        "answered each step, 0 if a required answer was invalid",
     ),
+    "valid_hit_rate": (
+        "fraction",
+        "runs on time with every required answer valid and quality >= quality_floor, over runs",
+    ),
+    "invalid_delivered_rate": (
+        "fraction",
+        "runs on time whose answer was invalid (a validator let junk through), over runs",
+    ),
+    "truncated_per_request": ("calls", "answers cut at the step's max_tokens / requests"),
+    "draft_kept": ("steps", "draft race steps answered by the draft model / requests"),
+    "draft_upgraded": (
+        "steps",
+        "draft race steps whose draft was replaced by the primary's answer / requests",
+    ),
+    "calls_per_success": ("calls", "calls sent (429s included) / successful runs"),
+    "goodput_per_s": (
+        "runs/s",
+        "successful runs / seconds from the first arrival to the last run's end",
+    ),
+    "hedge_rate": (
+        "ratio",
+        "extra policy attempts (hedges, race extras, retries; not SDK retries) / primary calls",
+    ),
+    "peak_tpm_share": (
+        "fraction",
+        "highest token use admitted in any 60 s window over the TPM quota, any provider or "
+        "model quota (NaN without a TPM quota); above 1 when a full bucket is spent at once",
+    ),
+    "shed_requests": ("runs", "runs shed at arrival by the policy's controls.shed"),
+    "breaker_open_s": ("s", "seconds any provider's breaker was open, summed over providers"),
     "first_signal_p50_s": (
         "s",
-        "median over runs of the time from arrival to the first token of the first valid "
-        "answer (the first step's, in a chain); a run without one counts at deadline_s",
+        "median over runs of the time from arrival to the first token of the first answer "
+        "accepted (the first step's, in a chain); a run without one counts at deadline_s",
     ),
     "first_signal_p99_s": ("s", "99th percentile of the same"),
     "first_signal_hit_rate": (
@@ -151,6 +187,7 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "retry_after_s": np.fromiter((c.retry_after for c in calls), float, len(calls)),
             "quota_tokens": np.fromiter((c.quota_tokens for c in calls), np.int64, len(calls)),
             "sdk_retry": np.fromiter((c.sdk_retry for c in calls), np.int64, len(calls)),
+            "valid": np.fromiter((c.valid for c in calls), bool, len(calls)),
             "ended_by": pd.Series([c.ended_by for c in calls], dtype="string"),
             "orphan": np.fromiter((c.end > c.run.given_up_at for c in calls), bool, len(calls)),
         }
@@ -183,6 +220,11 @@ def requests_frame(records: Records) -> pd.DataFrame:
             "end_s": np.fromiter((r.end for r in runs), float, len(runs)),
             "fail_reason": pd.Series([r.fail_reason for r in runs], dtype="string"),
             "fail_step": pd.Series([r.fail_step for r in runs], dtype="string"),
+            "valid": np.fromiter((r.valid for r in runs), bool, len(runs)),
+            "quality": np.fromiter((r.quality for r in runs), float, len(runs)),
+            "valid_hit": np.fromiter((r.valid_hit for r in runs), bool, len(runs)),
+            "draft_kept": np.fromiter((r.drafts_kept for r in runs), np.int64, len(runs)),
+            "draft_upgraded": np.fromiter((r.drafts_upgraded for r in runs), np.int64, len(runs)),
             "first_signal_s": np.fromiter((r.first_signal for r in runs), float, len(runs)),
             "refused_retries": np.fromiter((r.refused_retries for r in runs), np.int64, len(runs)),
             "refused_starts": np.fromiter((r.refused_starts for r in runs), np.int64, len(runs)),
@@ -195,20 +237,33 @@ def summarize(
     calls: pd.DataFrame,
     quality: Mapping[str, float] | None = None,
     *,
+    tpm: Mapping[tuple[str, str | None], int] | None = None,
+    breaker_open: Mapping[str, float] | None = None,
     actions: pd.DataFrame | None = None,
     first_signal_s: float | None = None,
 ) -> pd.DataFrame:
     """One row per policy with every metric of `SUMMARY_METRICS`, in the policies' order.
 
-    `quality` maps model names to their quality score (NaN `quality_mean` without it);
-    `actions` is the tool steps' actions table (none: no tool steps); `first_signal_s` the
-    scenario's first-signal target (NaN `first_signal_hit_rate` without it)."""
+    `quality` maps model names to their quality score (NaN `quality_mean` without it); `tpm`
+    maps (provider, None) and (provider, model) to TPM quotas (for `peak_tpm_share`);
+    `breaker_open` maps policies to their breakers' open seconds (NaN without it); `actions` is
+    the tool steps' actions table (none: no tool steps); `first_signal_s` the scenario's
+    first-signal target (NaN `first_signal_hit_rate` without it)."""
     rows = []
     for policy in pd.unique(requests["policy"]):
         runs, its_calls = requests[requests["policy"] == policy], calls[calls["policy"] == policy]
         its_actions = None if actions is None else actions[actions["policy"] == policy]
         row = _summary_row(runs, its_calls, str(policy))
-        row["quality_mean"] = _quality_mean(runs, its_calls, quality)
+        if _has_answers(runs):  # per-run quality, validity included (from the engine)
+            delivered = runs.loc[runs["ok"], "quality"]
+            row["quality_mean"] = float(delivered.mean()) if len(delivered) else math.nan
+        else:
+            row["quality_mean"] = _quality_mean(runs, its_calls, quality)
+        row.update(_answer_metrics(runs, its_calls))
+        row["peak_tpm_share"] = peak_tpm_share(its_calls, tpm or {})
+        row["breaker_open_s"] = (
+            float(breaker_open.get(str(policy), 0.0)) if breaker_open is not None else np.nan
+        )
         row |= _deadline_row(runs, its_calls, its_actions, first_signal_s)
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
@@ -226,6 +281,36 @@ def _quality_mean(
     good = runs.loc[runs["ok"], ["request_id", "resend"]]
     index = pd.MultiIndex.from_frame(good)
     return float(per_run.reindex(index).mean()) if len(good) else math.nan
+
+
+#: Requests columns and summary metrics about answers (validity, quality, drafts).
+ANSWER_COLUMNS = ("valid", "quality", "valid_hit", "draft_kept", "draft_upgraded")
+ANSWER_METRICS = (
+    "valid_hit_rate",
+    "invalid_delivered_rate",
+    "truncated_per_request",
+    "draft_kept",
+    "draft_upgraded",
+)
+
+
+def _has_answers(runs: pd.DataFrame) -> bool:
+    """True if the runs carry the engine's answer columns (valid, quality, valid_hit, ...)."""
+    return all(c in runs for c in ANSWER_COLUMNS) and runs["valid_hit"].dtype == bool
+
+
+def _answer_metrics(runs: pd.DataFrame, calls: pd.DataFrame) -> dict[str, float]:
+    """Valid hits, junk delivered, truncations and draft races (NaN without the columns)."""
+    n_runs, n_requests = len(runs), max(1, int(runs["request_id"].nunique()))
+    if not _has_answers(runs) or not n_runs:
+        return dict.fromkeys(ANSWER_METRICS, math.nan)
+    return {
+        "valid_hit_rate": float(runs["valid_hit"].mean()),
+        "invalid_delivered_rate": float((runs["ok"] & ~runs["valid"]).mean()),
+        "truncated_per_request": float((calls["outcome"] == OUTCOME_TRUNCATED).sum()) / n_requests,
+        "draft_kept": float(runs["draft_kept"].sum()) / n_requests,
+        "draft_upgraded": float(runs["draft_upgraded"].sum()) / n_requests,
+    }
 
 
 def _deadline_row(
@@ -306,4 +391,38 @@ def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[s
         "rate_limited_per_request": float((outcome == OUTCOME_RATE_LIMITED).sum()) / n_requests,
         "sdk_retries_per_request": float(sdk_retries.sum()) / n_requests,
         "wasted_cost_share": wasted / cost if cost > 0 else 0.0,
+        "calls_per_success": len(calls) / successes if successes else np.nan,
+        "goodput_per_s": _goodput(runs, successes),
+        "hedge_rate": (len(calls) - first_attempts - int(sdk_retries.sum())) / first_attempts
+        if first_attempts
+        else np.nan,
+        "shed_requests": int((runs["fail_reason"] == "shed").sum()) if "fail_reason" in runs else 0,
     }
+
+
+def _goodput(runs: pd.DataFrame, successes: int) -> float:
+    """Successful runs per second from the first arrival to the last run's end."""
+    if not len(runs):
+        return np.nan
+    span = float(runs["end_s"].max()) - float(runs["arrival_s"].min())
+    return successes / span if span > 0 else np.nan
+
+
+def peak_tpm_share(calls: pd.DataFrame, tpm: Mapping[tuple[str, str | None], int]) -> float:
+    """Highest quota tokens admitted within any 60 s window (by call start) over the quota, over
+    every (provider, model-or-None) quota in `tpm`; NaN when there is none."""
+    best = np.nan
+    for (provider, model), limit in tpm.items():
+        mask = calls["provider"] == provider
+        if model is not None:
+            mask &= calls["model"] == model
+        part = calls.loc[mask & (calls["quota_tokens"] > 0)].sort_values("start_s")
+        if not len(part):
+            best = np.nanmax([best, 0.0])
+            continue
+        t = part["start_s"].to_numpy(float)
+        total = np.cumsum(part["quota_tokens"].to_numpy(float))
+        first = np.searchsorted(t, t - 60.0, side="right")  # window (t - 60, t]
+        window = total - np.concatenate([[0.0], total])[first]
+        best = np.nanmax([best, float(window.max()) / limit])
+    return float(best)

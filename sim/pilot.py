@@ -3,19 +3,23 @@
 As the article prescribes, cutoffs are not guessed: the workflow is run under a plain wait policy
 (no timeouts, no retries, no deadline, no step budgets) on its own random streams, every
 step's successful call latencies (queue wait included) are recorded, and 'p95' becomes that
-step's 95th percentile.
+step's 95th percentile (for `ttft_cutoff`, of its first-token latency). The pilot also gives
+`adaptive` its default `reserve_s`: the sum of median latencies along the longest path of steps
+after a step, and deadline-aware admission its expected attempt time per step.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from sim.actions import CONFIRMED
 from sim.arrivals import arrival_times
 from sim.config import (
-    CutPolicy,
-    DownshiftPolicy,
-    HedgePolicy,
+    THRESHOLD_FIELDS,
+    AdaptivePolicy,
+    PlainPolicy,
     Scenario,
     WaitPolicy,
     percentile_of,
@@ -23,27 +27,36 @@ from sim.config import (
 from sim.deadlines import without_budgets
 from sim.engine import Simulation, serving_latencies
 from sim.errors import ScenarioError, format_path
+from sim.perstep import effective_specs
 from sim.policies import build_policy
 from sim.provider import OUTCOME_OK
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Workflow
 
-#: Policy fields that take a threshold, by policy class.
-THRESHOLD_FIELD = {CutPolicy: "cutoff", HedgePolicy: "after", DownshiftPolicy: "cutoff"}
+#: Suffix of the first-token samples in `step_latencies(..., first_token=True)`.
+TTFT_SAMPLE = "first-token"
 
 
 def needs_pilot(scenario: Scenario) -> bool:
-    """True if any policy names a percentile threshold."""
-    return any(
-        percentile_of(getattr(spec, THRESHOLD_FIELD[type(spec)])) is not None
-        for spec in scenario.policies.values()
-        if type(spec) in THRESHOLD_FIELD
-    )
+    """True if any policy (at any step) names a percentile threshold or runs `adaptive`
+    without its own `reserve_s`."""
+    for per_step in effective_specs(scenario).values():
+        for spec in per_step.values():
+            if isinstance(spec, AdaptivePolicy) and spec.reserve_s is None:
+                return True
+            for field in THRESHOLD_FIELDS.get(type(spec), ()):
+                value = getattr(spec, field)
+                if value is not None and percentile_of(value) is not None:
+                    return True
+    return False
 
 
-def step_latencies(scenario: Scenario, seed: int) -> dict[str, np.ndarray]:
-    """Successful call latencies (seconds, queue included) per step in a pilot run; for a tool
-    step, confirmed actions' time from submit to confirmation."""
+def step_latencies(
+    scenario: Scenario, seed: int, first_token: bool = False
+) -> dict[Any, np.ndarray]:
+    """Successful call latencies (seconds, queue included) per step in a pilot run (for a tool
+    step, confirmed actions' time from submit to confirmation); with `first_token`, also their
+    first-token latencies under the key (step, TTFT_SAMPLE)."""
     streams = Streams(seed, "pilot")
     n = scenario.pilot.requests
     scenario = without_budgets(scenario)
@@ -58,48 +71,90 @@ def step_latencies(scenario: Scenario, seed: int) -> dict[str, np.ndarray]:
         latencies=serving_latencies(scenario),
     )
     records = sim.run(arrival_times(scenario.arrivals, n, streams.generator("arrivals")))
-    found: dict[str, list[float]] = {s.id: [] for s in workflow.steps}
+    found: dict[Any, list[float]] = {s.id: [] for s in workflow.steps}
+    if first_token:
+        found.update({(s.id, TTFT_SAMPLE): [] for s in workflow.steps})
     for call in records.calls:
         if call.outcome == OUTCOME_OK:
             found[call.step].append(call.end - call.start)
+            if first_token:
+                found[(call.step, TTFT_SAMPLE)].append(call.queue + call.ttft)
     for action in records.actions:  # tool steps: submit to confirmation
         if action.state == CONFIRMED:
             found[action.step].append(action.answered - action.submitted)
     return {step: np.asarray(values) for step, values in found.items()}
 
 
-def resolve_thresholds(
-    scenario: Scenario, seed: int, latencies: dict[str, np.ndarray] | None = None
-) -> dict[str, dict[str, float]]:
-    """Per policy and step, the threshold in seconds (percentiles measured by the pilot)."""
+def resolve_specs(
+    scenario: Scenario, seed: int, latencies: dict[Any, np.ndarray] | None = None
+) -> dict[str, dict[str, PlainPolicy]]:
+    """Per policy and step, the plain spec it runs with every threshold in seconds (and
+    `adaptive`'s `reserve_s` filled in from the pilot's medians)."""
     if latencies is None and needs_pilot(scenario):
-        latencies = step_latencies(scenario, seed)
-    resolved: dict[str, dict[str, float]] = {}
-    for name, spec in scenario.policies.items():
-        field = THRESHOLD_FIELD.get(type(spec))
-        if field is None:
-            resolved[name] = {}
-            continue
-        value = getattr(spec, field)
-        pct = percentile_of(value)
-        per_step: dict[str, float] = {}
-        for step in scenario.workflow.steps:
-            if pct is None:
-                per_step[step.id] = float(value)
-                continue
-            assert latencies is not None
-            sample = latencies[step.id]
-            if len(sample) == 0:
-                raise ScenarioError(
-                    scenario.name,
-                    [
-                        (
-                            format_path(("policies", name, field)),
-                            f"cannot measure {value} of step '{step.id}': no call of it "
-                            f"succeeded in the pilot run of {scenario.pilot.requests} requests",
-                        )
-                    ],
-                )
-            per_step[step.id] = float(np.percentile(sample, pct))
-        resolved[name] = per_step
+        latencies = step_latencies(scenario, seed, first_token=True)
+    reserve = _reserves(scenario, latencies) if latencies is not None else {}
+    resolved: dict[str, dict[str, PlainPolicy]] = {}
+    for name, per_step in effective_specs(scenario).items():
+        resolved[name] = {}
+        for step, spec in per_step.items():
+            update: dict[str, Any] = {}
+            for field in THRESHOLD_FIELDS.get(type(spec), ()):
+                value = getattr(spec, field)
+                pct = None if value is None else percentile_of(value)
+                if pct is None:
+                    continue
+                key = step if field != "ttft_cutoff" else (step, TTFT_SAMPLE)
+                sample = None if latencies is None else latencies.get(key)
+                if sample is None or len(sample) == 0:
+                    raise ScenarioError(
+                        scenario.name,
+                        [
+                            (
+                                format_path(("policies", name, field)),
+                                f"cannot measure {value} of step '{step}': no call of it "
+                                f"succeeded in the pilot run of {scenario.pilot.requests} "
+                                "requests",
+                            )
+                        ],
+                    )
+                update[field] = float(np.percentile(sample, pct))
+            if isinstance(spec, AdaptivePolicy) and spec.reserve_s is None:
+                update["reserve_s"] = reserve.get(step, 0.0)
+            resolved[name][step] = spec.model_copy(update=update) if update else spec
     return resolved
+
+
+def _reserves(scenario: Scenario, latencies: dict[Any, np.ndarray]) -> dict[str, float]:
+    """Per step: the sum of pilot median latencies along the longest path of steps after it."""
+    workflow = Workflow.from_scenario(scenario)
+    median = {
+        s.id: float(np.median(latencies[s.id])) if len(latencies.get(s.id, ())) else 0.0
+        for s in workflow.steps
+    }
+    after: dict[int, float] = {}
+    for step in reversed(workflow.steps):  # steps are listed after what they wait for
+        after[step.index] = max(
+            (median[workflow.steps[i].id] + after.get(i, 0.0) for i in step.unlocks),
+            default=0.0,
+        )
+    return {s.id: after[s.index] for s in workflow.steps}
+
+
+def resolve_thresholds(
+    scenario: Scenario, seed: int, latencies: dict[Any, np.ndarray] | None = None
+) -> dict[str, dict[str, float]]:
+    """Per policy and step, the main threshold in seconds (`cutoff`, `after` or
+    `upgrade_within`; percentiles measured by the pilot). Steps without one are left out."""
+    return thresholds_of(resolve_specs(scenario, seed, latencies))
+
+
+def thresholds_of(resolved: dict[str, dict[str, PlainPolicy]]) -> dict[str, dict[str, float]]:
+    """The main threshold of each policy and step of resolved specs (see `resolve_specs`)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, per_step in resolved.items():
+        out[name] = {}
+        for step, spec in per_step.items():
+            fields = THRESHOLD_FIELDS.get(type(spec), ())
+            if fields:
+                out[name][step] = float(getattr(spec, fields[0]))
+    return out

@@ -28,6 +28,7 @@ OUTCOME_ERROR = "error"
 OUTCOME_TIMEOUT = "timeout"
 OUTCOME_CANCELLED = "cancelled"
 OUTCOME_RATE_LIMITED = "rate_limited"
+OUTCOME_TRUNCATED = "truncated"  # cut at the step's max_tokens: invalid, caught for free
 OUTCOMES = (
     OUTCOME_OK,
     OUTCOME_INVALID,
@@ -35,6 +36,7 @@ OUTCOMES = (
     OUTCOME_TIMEOUT,
     OUTCOME_CANCELLED,
     OUTCOME_RATE_LIMITED,
+    OUTCOME_TRUNCATED,
 )
 _DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
 #: Relative tolerance under which two simulated times are the same instant (float rounding).
@@ -65,6 +67,7 @@ class Call:
     sdk_retry: int = 0  # 0: the policy's call; j: the SDK's j-th retry of it
     reserved: int = 0  # the answer's token cap (what a `charge: max_tokens` quota takes)
     spell_u: float = 1.0  # the call's uniform for a bad spell's extra hard error
+    valid: bool = True  # False: an invalid answer the step's validator let through (outcome ok)
     ended_by: str = ""  # the budget or event that ended it early ("" if it ended on its own)
 
 

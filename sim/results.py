@@ -30,11 +30,14 @@ from sim.sweep import SweepResult
 
 FIGURE = "figures/policies.png"
 SWEEP_FIGURE = "figures/sweep.png"
+STORM_FIGURE = "figures/storm.png"
+STRESS_FIGURE = "figures/stress.png"
 RESULT_FILES = (
     "summary.csv",
     "breakdown.csv",
     "requests.parquet",
     "calls.parquet",
+    "timeseries.parquet",
     "scenario.resolved.yaml",
     "run.json",
 )
@@ -154,6 +157,8 @@ def _write_run_files(
         result.calls.to_parquet(staging / "calls.parquet", index=False)
         if not result.actions.empty:  # tool steps only
             result.actions.to_parquet(staging / "actions.parquet", index=False)
+        series = result.timeseries
+        series.to_parquet(staging / "timeseries.parquet", index=False)
         (staging / "scenario.resolved.yaml").write_text(resolved_yaml(result), encoding="utf-8")
         _write_json(staging / "run.json", run_metadata(result, source, version))
         if figures:
@@ -167,6 +172,10 @@ def _write_run_files(
                 title=f"{result.scenario.name}: {result.requests_count} requests, "
                 f"seed {result.seed}",
             )
+            if int(series["resent"].sum() + series["rate_limited"].sum()):  # a storm to show
+                from sim.storm_plots import save, storm_figure  # noqa: PLC0415 - on demand
+
+                save(storm_figure(series, f"{result.scenario.name}: storm"), staging / STORM_FIGURE)
 
 
 def write_sweep_results(
@@ -204,6 +213,29 @@ def write_sweep_results(
             from sim.plots import write_sweep_figure  # noqa: PLC0415 - slow import, on demand
 
             write_sweep_figure(sweep.summary, sweep.keys, staging / SWEEP_FIGURE, scenario.name)
+    return folder
+
+
+def write_stress_results(
+    table: pd.DataFrame,
+    best: pd.DataFrame,
+    window_s: float,
+    name: str,
+    folder: Path,
+    figures: bool = True,
+) -> Path:
+    """Write `tailsim stress`'s bursts (stress.csv), margins (margins.csv) and
+    figures/stress.png to `folder` atomically."""
+    with staged(folder, overwrite=True) as staging:
+        table.to_csv(staging / "stress.csv", index=False)
+        best.to_csv(staging / "margins.csv", index=False)
+        if figures:
+            from sim.storm_plots import save, stress_figure  # noqa: PLC0415 - on demand
+
+            save(
+                stress_figure(table, window_s, f"{name}: storm margin per policy"),
+                staging / STRESS_FIGURE,
+            )
     return folder
 
 
@@ -272,6 +304,7 @@ def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]
         "python": platform.python_version(),
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": {k: round(v, 3) for k, v in result.wall_s.items()},
+        "engines": dict(result.engines),
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping
 from difflib import get_close_matches
 from importlib import resources
@@ -157,6 +158,8 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
             for sub, message in err["ctx"]["error"].problems:
                 problems.append((format_path(loc + sub), message))
             continue
+        if kind == "int_type" and isinstance(err.get("input"), dict) and loc != raw_loc:
+            continue  # a mapping given where a number or a mapping goes: the mapping's errors
         if kind in ("union_tag_invalid", "union_tag_not_found"):
             loc = (*loc, "kind")
         problems.append((format_path(loc), _message(err, raw_loc)))
@@ -164,10 +167,15 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
 
 
 def _strip_union_tags(loc: Path) -> Path:
-    """Drop the tag pydantic inserts after a discriminated union member (policies.x.race.y)."""
+    """Drop the tag pydantic inserts after a discriminated union member (policies.x.race.y),
+    and the member names of a plain union (a number or a mapping: `output_tokens`)."""
     if len(loc) >= 3 and loc[0] == "policies" and loc[2] in POLICY_KINDS:
-        return loc[:2] + loc[3:]
-    return loc
+        loc = loc[:2] + loc[3:]
+    return tuple(p for p in loc if not (isinstance(p, str) and _UNION_MEMBER.match(p)))
+
+
+#: Names pydantic gives the members of a plain union in error locations.
+_UNION_MEMBER = re.compile(r"^(constrained-int|int|function-after\[.*\]|LengthSpec)$")
 
 
 def _message(err: Any, raw_loc: Path) -> str:

@@ -60,6 +60,7 @@ class CallDrawBank:
         self._uniforms: dict[tuple[str, int, int, int], np.ndarray] = {}
         self._draws: dict[Hashable, CallDraws] = {}
         self._columns: dict[tuple[str | int, ...], list[float]] = {}
+        self._lengths: dict[tuple[str, int, int], list[float]] = {}
 
     def uniforms(self, step: str, attempt: int, resend: int, sdk: int = 0) -> np.ndarray:
         """The (n_requests, 5) block of uniforms of this call slot (`sdk` > 0: the SDK's
@@ -98,4 +99,18 @@ class CallDrawBank:
         if found is None:
             found = latency.draw(self.uniforms(step, attempt, resend, sdk), output_tokens)
             self._draws[key] = found
+        return found
+
+    def length_uniforms(self, step: str, attempt: int, resend: int) -> list[float]:
+        """Per-request uniforms of this call slot's answer length (a stream of its own, so
+        steps with a fixed length draw exactly what they drew before lengths could vary)."""
+        key = (step, attempt, resend)
+        found = self._lengths.get(key)
+        if found is None:
+            found = (
+                self.streams.generator("length", step, attempt, resend)
+                .random(self.n_requests)
+                .tolist()
+            )
+            self._lengths[key] = found
         return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.config import Scenario, ToolSpec
+from sim.config import LengthSpec, Scenario, ToolSpec, ValidatorSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,11 +17,14 @@ class Step:
     model: str
     provider: str  # the provider it runs on by default
     input_tokens: int
-    output_tokens: int
+    output_tokens: int  # the answer's length; with `length`, its median (the typical answer)
     required: bool
     depends_on: tuple[int, ...]
     unlocks: tuple[int, ...]
     reserved_output: int = 0  # the answer's token cap (max_tokens, else output_tokens)
+    length: LengthSpec | None = None  # answer length drawn per call
+    max_tokens: int | None = None  # longer answers are cut here (truncated = invalid)
+    validator: ValidatorSpec | None = None  # None: junk caught perfectly and for free
     budget_s: float = math.inf  # step budget: queue waits, attempts and retries together
     queue_budget_s: float | None = None  # longest wait of one call for a slot
     attempt_budget_s: float | None = None  # longest time of one attempt
@@ -50,11 +53,18 @@ class Workflow:
                 model=spec.model or "",
                 provider=scenario.step_provider(spec),
                 input_tokens=spec.input_tokens,
-                output_tokens=spec.output_tokens,
+                output_tokens=(
+                    spec.output_tokens
+                    if isinstance(spec.output_tokens, int)
+                    else max(1, round(spec.output_tokens.median))
+                ),
                 required=spec.required,
                 depends_on=tuple(index[d] for d in spec.after),
                 unlocks=tuple(unlocks[i]),
                 reserved_output=spec.reserved_output,
+                length=None if isinstance(spec.output_tokens, int) else spec.output_tokens,
+                max_tokens=spec.max_tokens,
+                validator=spec.validator,
                 budget_s=math.inf if spec.budget_s is None else spec.budget_s,
                 queue_budget_s=spec.queue_budget_s,
                 attempt_budget_s=spec.attempt_budget_s,

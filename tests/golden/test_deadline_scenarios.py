@@ -4,15 +4,14 @@ seed as tests/golden/records): deadline-propagation, futile-retry, tool-resend.
 A record only compares the code with itself; these re-derive each claim from the tables
 (requests, calls, actions) or from the scenario file, with exact laws where they hold and a
 standard-error margin where the claim is statistical. `CHECKS` maps each scenario's file stem
-to its checks, in the shape of the golden suite's per-scenario checks, so it can be merged into
-it as is.
+to its checks; tests/golden/test_bundled_scenarios.py runs them on its golden runs (they are
+part of its `INDEPENDENT` registry, at its golden size), so they run once, not here.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -23,19 +22,13 @@ import sim
 from sim.pilot import step_latencies
 
 REPO = Path(__file__).resolve().parents[2]
-#: Requests of a golden run (as tests/golden/test_bundled_scenarios.py).
+#: Requests of the golden runs these checks are written for (test_bundled_scenarios.py's).
 GOLDEN_REQUESTS = 300
 #: Lead, in standard errors of the difference, an ordering asks of the better policy.
 ORDER_Z = 2.0
 #: Slack for simulated times.
 EPS = 1e-9
 KEYS = ["policy", "request_id", "resend"]
-
-
-@cache
-def golden_run(stem: str) -> sim.RunResult:
-    """The golden run of `scenarios/<stem>.yaml`."""
-    return sim.run(sim.load_scenario(REPO / "scenarios" / f"{stem}.yaml"), requests=GOLDEN_REQUESTS)
 
 
 def _with_deadline(result: sim.RunResult, table: pd.DataFrame) -> pd.DataFrame:
@@ -204,7 +197,6 @@ CHECKS: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
         tool_first_signal_share,
     ),
 }
-CASES = [(stem, check) for stem, checks in CHECKS.items() for check in checks]
 
 
 def test_checked_scenarios_are_bundled() -> None:
@@ -212,10 +204,10 @@ def test_checked_scenarios_are_bundled() -> None:
     assert set(CHECKS) <= bundled
 
 
-@pytest.mark.parametrize(
-    ("stem", "check"), CASES, ids=[f"{stem}-{check.__name__}" for stem, check in CASES]
-)
-def test_deadline_scenario_meets_independent_check(
-    stem: str, check: Callable[[sim.RunResult], None]
-) -> None:
-    check(golden_run(stem))
+def test_checks_run_at_the_golden_size() -> None:
+    """The golden suite runs these checks on its own runs: same size, same seed."""
+    from test_bundled_scenarios import INDEPENDENT, _size  # noqa: PLC0415 - it imports us
+
+    for stem, checks in CHECKS.items():
+        assert INDEPENDENT[stem] == checks
+        assert _size(stem) == GOLDEN_REQUESTS

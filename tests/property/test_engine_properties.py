@@ -6,7 +6,9 @@ is billed within what it asked for; no provider serves more calls at once than i
 are non-negative and add up from calls to requests to the summary; on an uncontended provider and
 under common random numbers a race (or a hedge) is never slower than its first attempt alone;
 with no deadline a retry never lowers the hit rate; the same seed gives the same numbers. (The
-p^n properties of sim.analytic live in tests/unit/test_analytic.py.)
+p^n properties of sim.analytic live in tests/unit/test_analytic.py.) They run the event engine
+(`engine="des"`); the vectorized engine is held to it request by request in
+tests/property/test_vectorized_equivalence.py.
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ def test_every_call_has_exactly_one_outcome_within_its_run(
 ) -> None:
     """One row per started call, one known outcome each, timed inside its run, billed within
     what it asked for as its outcome allows."""
-    result = sim.run(scenario, requests=n, seed=seed)
+    result = sim.run(scenario, requests=n, seed=seed, engine="des")
     calls, runs = result.calls, result.requests
     keys = ["policy", "request_id", "resend", "step", "attempt"]
 
@@ -270,7 +272,7 @@ def test_no_provider_serves_more_calls_at_once_than_its_slots(
     scenario: Scenario, n: int, seed: int
 ) -> None:
     """A call holds a slot from start + queue to its end; no more than `concurrency` at once."""
-    result = sim.run(scenario, requests=n, seed=seed)
+    result = sim.run(scenario, requests=n, seed=seed, engine="des")
     calls = result.calls
     # times are sums of floats: shrink each interval by EPS_S so a slot handed over at one
     # instant is not counted twice; calls served for no time hold no slot
@@ -290,7 +292,7 @@ def test_no_provider_serves_more_calls_at_once_than_its_slots(
 def test_costs_are_nonnegative_and_add_up(scenario: Scenario, n: int, seed: int) -> None:
     """Each call costs its billed tokens at list price; runs sum their calls; the summary sums
     the runs."""
-    result = sim.run(scenario, requests=n, seed=seed)
+    result = sim.run(scenario, requests=n, seed=seed, engine="des")
     calls = result.calls
     assert (calls["cost_usd"] >= 0).all()
     price_in = calls["model"].map({m: p[0] / 1e6 for m, p in PRICES.items()})
@@ -342,7 +344,7 @@ def test_race_or_hedge_never_slower_than_its_first_attempt(
     scenario = build(
         steps, {"p1": {"serves": {"m": serving}}}, {"alone": {"kind": "wait"}, "more": more}
     )
-    result = sim.run(scenario, requests=n, seed=seed)
+    result = sim.run(scenario, requests=n, seed=seed, engine="des")
     alone_calls = result.calls[result.calls["policy"] == "alone"]
     answered = alone_calls[alone_calls["outcome"] == "ok"].groupby("request_id")["step"].nunique()
     every_step = answered.index[answered == len(steps)]
@@ -389,7 +391,7 @@ def test_a_retry_never_lowers_the_hit_rate_without_deadline(
 ) -> None:
     """Every request that succeeds without the extra retries also succeeds with them."""
     scenario, kind = pair
-    result = sim.run(scenario, requests=n, seed=seed)
+    result = sim.run(scenario, requests=n, seed=seed, engine="des")
     ok = result.requests.pivot(index="request_id", columns="policy", values="ok").astype(bool)
     lost = ok.index[ok["once"] & ~ok["again"]].tolist()
     assert not lost, f"{kind}: requests {lost[:5]} succeed only without the retry"
@@ -400,8 +402,8 @@ def test_a_retry_never_lowers_the_hit_rate_without_deadline(
 @given(scenario=any_scenarios(), n=request_counts, seed=seeds)
 def test_same_seed_same_numbers(scenario: Scenario, n: int, seed: int) -> None:
     """Two runs of one scenario at one seed give identical tables."""
-    first = sim.run(scenario, requests=n, seed=seed)
-    second = sim.run(scenario, requests=n, seed=seed)
+    first = sim.run(scenario, requests=n, seed=seed, engine="des")
+    second = sim.run(scenario, requests=n, seed=seed, engine="des")
     pd.testing.assert_frame_equal(first.requests, second.requests)
     pd.testing.assert_frame_equal(first.calls, second.calls)
     pd.testing.assert_frame_equal(first.summary, second.summary)
@@ -429,6 +431,6 @@ def test_a_call_granted_its_slot_at_its_give_up_time_ends_cleanly() -> None:
         },
         {"race": {"kind": "race", "attempts": 2, "timeout_s": 0.3}},
     )
-    result = sim.run(scenario, requests=1, seed=0)
+    result = sim.run(scenario, requests=1, seed=0, engine="des")
     assert result.calls["outcome"].tolist() == ["timeout", "timeout"]
     assert not result.requests["ok"].any()

@@ -409,7 +409,17 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path: Path, contract_path: Path
     cwd = tmp_path / "work"
     cwd.mkdir()
     proc = subprocess.Popen(
-        [*tailsim_command(), "run", str(contract_path), "-n", "300000", "-p", "race"],
+        [
+            *tailsim_command(),
+            "run",
+            str(contract_path),
+            "-n",
+            "300000",
+            "-p",
+            "race",
+            "--engine",
+            "des",
+        ],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -479,6 +489,25 @@ def test_run_prints_why_and_explain_prints_it_again(tmp_path: Path, contract_pat
     recomputed = cli("explain", out)
     assert_exit(recomputed, 0)
     assert recomputed.stdout == again.stdout
+
+
+def test_run_lists_actions_parquet_only_when_written(tmp_path: Path, repo_root: Path) -> None:
+    """A workflow with tool steps writes actions.parquet, and the printed `results:` line says
+    so; one without writes none and does not mention it."""
+    tool = cli(
+        "run", repo_root / "scenarios" / "tool-resend.yaml", "-n", "60", "--no-plot",
+        "--out", tmp_path / "tool",
+    )  # fmt: skip
+    assert_exit(tool, 0)
+    assert (tmp_path / "tool" / "actions.parquet").exists()
+    assert "actions.parquet" in tool.stdout.split("results:")[1]
+    plain = cli(
+        "run", repo_root / "scenarios" / "default.yaml", "-n", "60", "-p", "wait", "--no-plot",
+        "--out", tmp_path / "plain",
+    )  # fmt: skip
+    assert_exit(plain, 0)
+    assert not (tmp_path / "plain" / "actions.parquet").exists()
+    assert "actions.parquet" not in plain.stdout
 
 
 def test_explain_on_a_folder_that_is_not_a_run_exits_2(tmp_path: Path) -> None:

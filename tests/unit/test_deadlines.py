@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Draw, ScriptedBank, build, const, error, ok, simulate, step
+from helpers import Draw, ScriptedBank, build, const, error, ok, scenario_dict, simulate, step
 from tests_helpers_path import scenario_dict_with
 
+import sim
 from sim.actions import CONFIRMED, PLANNED, UNKNOWN, actions_frame
 from sim.config import Scenario
+from sim.deadlines import rules_for
 from sim.errors import ScenarioError
 from sim.metrics import SUMMARY_METRICS, summarize
+from sim.perstep import effective_specs
 from sim.scenario import scenario_from_dict
 
 #: Slack for comparing simulated times.
@@ -445,3 +448,74 @@ def test_new_metrics_and_keys_are_documented(repo_root: Path) -> None:
         "idempotent",
     ):  # fmt: skip
         assert f"`{key}`" in fmt, key
+
+
+# ----------------------------------------------------------------------------- every policy kind
+
+
+def _orphaning(policies: dict[str, Any]) -> Scenario:
+    """One 11 s step (1 s to first token, 1000 tokens at 100/s) against a 5 s deadline."""
+    law = {"ttft_s": const(1.0), "tokens_per_s": const(100.0)}
+    return build(
+        [step("s1", output_tokens=1000)],
+        policies,
+        deadline_s=5.0,
+        providers={"p1": {"serves": {model: dict(law) for model in ("big", "small")}}},
+    )
+
+
+def test_every_policy_kind_takes_the_deadline_keys() -> None:
+    """adaptive, draft and per_step carry propagate_deadline and admission like the others
+    (one PolicyBase), and the run follows them: without propagation every call outlives its
+    request's deadline as orphan work."""
+    off = {"propagate_deadline": False}
+    s = _orphaning(
+        {
+            "wait": {"kind": "wait"},
+            "adaptive": {"kind": "adaptive", "cutoff": 100, "attempts": 1, **off},
+            "draft": {"kind": "draft", "model": "small", "admission": {"expected": 0.5}, **off},
+            "mixed": {"kind": "per_step", "steps": {"s1": "wait"}, **off},
+        }
+    )
+    for name in ("adaptive", "draft", "mixed"):
+        assert s.policies[name].propagate_deadline is False, name
+        assert rules_for(s, name).propagate is False, name
+    assert rules_for(s, "draft").expected == {"s1": 0.5}
+    summary = sim.run(s, requests=3, policies=["wait", "adaptive", "mixed"]).summary
+    orphans = summary.set_index("policy")["orphan_calls"]
+    assert orphans["wait"] == 0
+    assert orphans["adaptive"] == 3
+    assert orphans["mixed"] == 3
+
+
+@pytest.mark.parametrize("key", ["propagate_deadline", "admission"])
+def test_a_step_entry_cannot_set_the_deadline_keys(key: str) -> None:
+    """The deadline keys are the request's, hence the whole policy's: a step's entry naming one
+    is an error at its key path, not silently ignored."""
+    value: Any = False if key == "propagate_deadline" else {"expected": 1.0}
+    data = scenario_dict(
+        [step("s1")], {"p": {"kind": "cut", "cutoff": 1.0, "steps": {"s1": {key: value}}}}
+    )
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_dict(data)
+    text = str(caught.value)
+    assert f"policies.p.steps.s1.{key}" in text, text
+    assert "whole request" in text, text
+
+
+def test_a_per_step_maps_controls_apply_to_every_step() -> None:
+    s = build(
+        [step("s1"), step("s2", "s1")],
+        {
+            "cut": {"kind": "cut", "cutoff": 1.0},
+            "mixed": {
+                "kind": "per_step",
+                "steps": {"s1": "cut"},
+                "default": "cut",
+                "controls": {"retry_budget": {}},
+            },
+        },
+    )
+    specs = effective_specs(s)["mixed"]
+    assert all(spec.controls is not None for spec in specs.values())
+    assert effective_specs(s)["cut"]["s1"].controls is None

@@ -174,7 +174,9 @@ def test_no_success_and_no_cost() -> None:
 def test_metric_names_carry_units() -> None:
     for name, (unit, meaning) in SUMMARY_METRICS.items():
         assert meaning
-        if name.endswith("_s"):
+        if name.endswith("_per_s"):  # a rate: per second of simulated time
+            assert unit.endswith("/s")
+        elif name.endswith("_s"):
             assert unit == "s"
         if name.endswith("_usd"):
             assert unit == "USD"

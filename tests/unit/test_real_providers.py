@@ -287,7 +287,7 @@ def test_bad_values_name_their_key_path() -> None:
         data = scenario_dict(providers={"p1": {"serves": {"big": serving()}, **provider}})
         with pytest.raises(ScenarioError, match=path.replace(".", r"\.")):
             scenario_from_dict(data)
-    data = scenario_dict([step("s1", max_tokens=10)])
+    data = scenario_dict([step("s1", max_tokens=0)])  # a cap below one token admits nothing
     with pytest.raises(ScenarioError, match=r"workflow\.steps\[0\]\.max_tokens"):
         scenario_from_dict(data)
 

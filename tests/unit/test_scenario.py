@@ -29,7 +29,7 @@ from sim.scenario import (
 ScenarioFile = Callable[..., Path]
 WriteYaml = Callable[..., Path]
 
-POLICY_KINDS = "wait, cut, race, hedge, downshift"
+POLICY_KINDS = "wait, cut, race, hedge, downshift, adaptive, draft, per_step"
 BIG_DIRECT = "providers.direct.serves.big"
 #: The Azure code-completion trace bundled (with its license) for scenarios/azure-code-burst.yaml.
 AZURE_CODE_TRACE = (
@@ -144,7 +144,11 @@ BAD_VALUES = [
     pytest.param(
         {"policies.cut.retires": 3},
         "policies.cut.retires",
-        ["did you mean 'retries'", "allowed: ", " backoff, cutoff, kind, ", " providers, retries"],
+        [
+            "did you mean 'retries'",
+            "allowed: admission, backoff, controls, cutoff, kind, propagate_deadline, providers, "
+            "retries, steps",
+        ],
         id="unknown-key-policy",
     ),
     pytest.param(

@@ -84,18 +84,24 @@ def test_a_sweep_point_equals_a_plain_run_of_it(contract_data: dict[str, Any]) -
     assert len(result.requests) == 2 * 2 * 2 * 120
 
 
-def test_sweep_cli_writes_the_stacked_tables(tmp_path: Path, contract_path: Path) -> None:
+def test_sweep_cli_writes_the_stacked_and_pooled_tables(
+    tmp_path: Path, contract_path: Path
+) -> None:
     out = tmp_path / "sw"
     result = CliRunner().invoke(
         main, ["sweep", str(contract_path), "-n", "60", "-p", "wait", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
-    summary = pd.read_csv(out / "summary.csv")
-    assert sorted(set(summary["providers.direct.concurrency"])) == [24, 32, 48, 64]
-    assert len(summary) == 4 * 2  # four slot counts, two replications, one policy
+    stacked = pd.read_csv(out / "replications.csv")
+    assert sorted(set(stacked["providers.direct.concurrency"])) == [24, 32, 48, 64]
+    assert len(stacked) == 4 * 2  # four slot counts, two replications, one policy
+    pooled = pd.read_csv(out / "summary.csv")
+    assert len(pooled) == 4
+    assert set(pooled["replications"]) == {2}
     assert (out / "requests.parquet").is_file()
     assert (out / "figures" / "sweep.png").read_bytes().startswith(b"\x89PNG")
     assert "providers.direct.concurrency" in result.stdout
+    assert "$/success" in result.stdout
 
 
 def test_sweep_cli_without_a_grid_exits_2(tmp_path: Path, contract_data: dict[str, Any]) -> None:

@@ -1,0 +1,99 @@
+"""Vectorized engine speed: runs (requests) per second against a raw numpy model, same process.
+
+Run: `python benchmarks/vectorized.py [--requests N] [--repeat R]`. Not part of the test run.
+
+For the `wait` and `race` policies of the bundled default scenario (ten sequential steps) it
+times the vectorized engine from fresh draws (uniforms drawn, transformed, every rule and call
+recorded), alone and with the requests and calls tables built; then a raw numpy model of the same
+ten steps with the same lognormal draws (first token, speed, stalls) and no bookkeeping: each
+step's time summed (wait), or the faster of two attempts taken (race). The ratio is our cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from scipy.special import ndtri
+
+import sim
+from sim.arrivals import arrival_times
+from sim.engine import serving_latencies
+from sim.latency import LogNormal
+from sim.pilot import resolve_thresholds
+from sim.policies import build_policy
+from sim.streams import CallDrawBank, Streams
+from sim.vectorized import simulate, tables
+from sim.workflow import Workflow
+
+
+def vectorized_seconds(scenario: sim.Scenario, policy: str, n: int) -> tuple[float, float]:
+    """(seconds of the engine, seconds with the tables) for one policy, from fresh draws."""
+    thresholds = resolve_thresholds(scenario, scenario.seed)
+    streams = Streams(scenario.seed, "main")
+    arrivals = arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
+    steps = Workflow.from_scenario(scenario).steps
+    runtime = build_policy(policy, scenario.policies[policy], scenario, steps, thresholds[policy])
+    latencies = serving_latencies(scenario)
+    started = time.perf_counter()
+    bank = CallDrawBank(streams.child("calls"), n)
+    runs, calls = simulate(scenario, runtime, bank, arrivals, latencies=latencies)
+    engine = time.perf_counter() - started
+    tables(scenario, policy, runs, calls)
+    return engine, time.perf_counter() - started
+
+
+def raw_numpy_seconds(scenario: sim.Scenario, n: int, attempts: int, seed: int) -> float:
+    """Seconds of a bare ten-step model: per step and attempt a block of uniforms, lognormal
+    first token and speed, stalls; a step takes its attempt's time (or the fastest of them)."""
+    serving = scenario.providers["direct"].serves["big"]
+    ttft = LogNormal.from_median_p99(serving.ttft_s.median, serving.ttft_s.p99)
+    speed = LogNormal.from_median_p99(serving.tokens_per_s.median, serving.tokens_per_s.p99)
+    assert serving.stall is not None
+    stall = LogNormal.from_median_p99(serving.stall.extra_s.median, serving.stall.extra_s.p99)
+    steps = scenario.workflow.steps
+    rng = np.random.default_rng(seed)
+    started = time.perf_counter()
+    clock = np.cumsum(rng.exponential(2.0, n))
+    for spec in steps:
+        best = np.full(n, np.inf)
+        for _ in range(attempts):
+            u = rng.random((n, 5))
+            took = np.exp(ttft.mu + ttft.sigma * ndtri(u[:, 0]))
+            took += spec.output_tokens / np.exp(speed.mu + speed.sigma * ndtri(u[:, 1]))
+            took += np.where(
+                u[:, 2] < serving.stall.probability,
+                np.exp(stall.mu + stall.sigma * ndtri(u[:, 3])),
+                0.0,
+            )
+            best = np.minimum(best, took)
+        clock += best
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    """Print runs per second of the vectorized engine and of raw numpy, and their ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    args = parser.parse_args()
+    scenario = sim.load_scenario()
+    n = args.requests
+    print(f"default scenario '{scenario.name}', {n} requests, best of {args.repeat}")
+    print(
+        f"{'policy':7} {'vectorized runs/s':>18} {'(with tables)':>14} {'raw numpy runs/s':>17} "
+        f"{'ratio':>6} {'(with tables)':>14}"
+    )
+    for policy, attempts in (("wait", 1), ("race", 2)):
+        ours = [vectorized_seconds(scenario, policy, n) for _ in range(args.repeat)]
+        engine, with_tables = min(o[0] for o in ours), min(o[1] for o in ours)
+        raw = min(raw_numpy_seconds(scenario, n, attempts, 1) for _ in range(args.repeat))
+        print(
+            f"{policy:7} {n / engine:18,.0f} {n / with_tables:14,.0f} {n / raw:17,.0f} "
+            f"{raw / engine:6.0%} {raw / with_tables:14.0%}"
+        )
+
+
+if __name__ == "__main__":
+    main()

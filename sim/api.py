@@ -1,0 +1,44 @@
+"""The notebook face of sweeps and reports, mirroring `tailsim sweep` and `tailsim report`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sim.config import Scenario
+from sim.scenario import load_scenario, with_overrides
+from sim.sweep import SweepPoint, SweepResult, run_sweep
+
+
+def sweep(
+    scenario: Scenario | str | Path | None = None,
+    *,
+    requests: int | None = None,
+    seed: int | None = None,
+    policies: Sequence[str] | None = None,
+    executor: str = "inline",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: Callable[[int, int, SweepPoint], None] | None = None,
+) -> SweepResult:
+    """Run a scenario's sweep (a Scenario, a YAML path, or the bundled default) and return the
+    stacked tables; `.aggregate`, `.save(dir)` and `.plot()` on the result."""
+    spec = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    if seed is not None:
+        spec = with_overrides(spec, {"seed": seed})
+    return run_sweep(
+        spec,
+        requests=requests,
+        policies=policies,
+        executor=executor,
+        workers=workers,
+        scheduler=scheduler,
+        progress=progress,
+    )
+
+
+def report(folder: str | Path, out: str | Path | None = None) -> Path:
+    """Write folder/report.html (or `out`) for a run or sweep folder; returns its path."""
+    from sim.report_html import write_report  # noqa: PLC0415 - slow import, on demand
+
+    return write_report(Path(folder), Path(out) if out is not None else None)

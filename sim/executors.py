@@ -1,0 +1,173 @@
+"""Where sweep points run: inline, in local processes, or on dask.distributed.
+
+Every executor calls the same pure `sim.sweep.run_point` and hands each result back to the
+caller's `on_done` in this process as it finishes (the caller stores it); results never depend
+on which executor or how many workers ran them, because a point's seed is fixed by its
+coordinates (see `sim.sweep`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from typing import TYPE_CHECKING, Any
+
+from sim.config import Scenario
+from sim.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from sim.sweep import PointResult, SweepPoint
+
+EXECUTORS = ("inline", "processes", "dask")
+#: Seconds to wait for an existing dask scheduler before giving up with a clear message.
+CONNECT_TIMEOUT_S = 10
+
+
+def check_executor(executor: str, workers: int | None, scheduler: str | None) -> None:
+    """Refuse, before any work, an unknown executor or options that do not go with it."""
+    if executor not in EXECUTORS:
+        raise ScenarioError(
+            "--executor", [("", f"unknown executor {executor!r} (allowed: {', '.join(EXECUTORS)})")]
+        )
+    if scheduler is not None and executor != "dask":
+        raise ScenarioError("--scheduler", [("", "needs --executor dask")])
+    if workers is not None and workers < 1:
+        raise ScenarioError("--workers", [("", f"must be >= 1, got {workers}")])
+
+
+def default_workers() -> int:
+    """The processes to use when --workers is not given: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Executor:
+    """Runs points and hands back each result as it finishes; a context manager, so a pool or
+    a dask client is set up (and a scheduler reached) before any result folder is touched."""
+
+    def __init__(
+        self, kind: str = "inline", workers: int | None = None, scheduler: str | None = None
+    ):
+        check_executor(kind, workers, scheduler)
+        self.kind, self.workers, self.scheduler = kind, workers, scheduler
+        self._client: Any = None
+        self._cluster: Any = None
+
+    def __enter__(self) -> Executor:
+        if self.kind == "dask":
+            self._client, self._cluster = _dask_client(self.workers, self.scheduler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+        self._client = self._cluster = None
+
+    def run(
+        self,
+        scenario: Scenario,
+        points: Sequence[SweepPoint],
+        keys: Sequence[str],
+        *,
+        requests: int | None,
+        policies: Sequence[str] | None,
+        on_done: Callable[[PointResult], None],
+    ) -> None:
+        """Run `points`; `on_done(result)` is called in this process as each one finishes."""
+        from sim.sweep import run_point  # noqa: PLC0415 - sim.sweep imports this module lazily
+
+        if not points:
+            return
+        args = (list(keys), requests, list(policies) if policies else None)
+        if self.kind == "inline":
+            for point in points:
+                on_done(run_point(scenario, point, *args))
+        elif self.kind == "processes":
+            _run_processes(run_point, scenario, points, args, self.workers, on_done)
+        else:
+            if self._client is None:
+                raise RuntimeError("use the dask Executor as a context manager")
+            _run_dask(self._client, run_point, scenario, points, args, on_done)
+
+
+def _run_processes(
+    fn: Callable[..., PointResult],
+    scenario: Scenario,
+    points: Sequence[SweepPoint],
+    args: tuple[Any, ...],
+    workers: int | None,
+    on_done: Callable[[PointResult], None],
+) -> None:
+    """A local process pool ('forkserver': safe beside threads such as a progress bar)."""
+    count = min(workers or default_workers(), len(points))
+    context = get_context("forkserver")
+    context.set_forkserver_preload(["sim.sweep"])
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        futures = [pool.submit(fn, scenario, point, *args) for point in points]
+        try:
+            for future in as_completed(futures):
+                on_done(future.result())
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _dask_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
+    """A client of a LocalCluster of `workers` single-threaded processes, or of the existing
+    scheduler at `scheduler` (how a sweep outgrows one machine)."""
+    try:
+        from dask.distributed import Client, LocalCluster  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - dask is a dependency
+        raise ScenarioError(
+            "--executor", [("", "dask needs dask[distributed]: pip install 'dask[distributed]'")]
+        ) from None
+    if scheduler is not None:
+        try:
+            return Client(scheduler, timeout=CONNECT_TIMEOUT_S), None
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:
+            raise ScenarioError(
+                "--scheduler",
+                [
+                    (
+                        "",
+                        f"cannot reach a dask scheduler at {scheduler!r} ({exc}); "
+                        "give an address like tcp://host:8786, or leave --scheduler out for a "
+                        "local cluster",
+                    )
+                ],
+            ) from None
+    cluster = LocalCluster(
+        n_workers=workers or default_workers(),
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+    )
+    return Client(cluster), cluster
+
+
+def _run_dask(
+    client: Any,
+    fn: Callable[..., PointResult],
+    scenario: Scenario,
+    points: Sequence[SweepPoint],
+    args: tuple[Any, ...],
+    on_done: Callable[[PointResult], None],
+) -> None:
+    """Submit every point to the dask client and hand back results as they complete."""
+    from dask.distributed import as_completed as dask_completed  # noqa: PLC0415
+
+    remote = client.scatter(scenario, broadcast=True)
+    futures = [client.submit(fn, remote, point, *args, pure=False) for point in points]
+    try:
+        for future in dask_completed(futures):
+            on_done(future.result())
+    except BaseException:
+        client.cancel(futures)
+        raise

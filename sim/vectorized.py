@@ -1,0 +1,849 @@
+"""The vectorized engine: numpy over requests, step by step over the DAG, when nothing is shared.
+
+When no call ever waits for a slot or a quota and no customer re-sends, every request lives alone
+in time, so its whole workflow can be computed for all requests at once, one step (and attempt)
+at a time, from the same named random streams as the event engine (`CallDrawBank.uniforms`).
+The tables it returns have the columns of `sim.metrics`, and on a qualifying scenario they equal
+the event engine's per request up to float rounding. `sim.qualify` says when it may run.
+
+The rules reproduced from `sim.engine`, `sim.provider` and `sim.policies` (see the docstrings
+below for each): a call ending exactly at the deadline is cancelled by it; race attempts ending at
+the same instant as the winner complete normally; a hedge timer and a call ending together are
+seen together; a step failing a run cancels every call of the run still in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sim.config import Scenario
+from sim.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY
+from sim.engine import FAIL_DEADLINE, Simulation, serving_latencies
+from sim.latency import (
+    ERROR,
+    INVALID,
+    OK,
+    U_OUTCOME,
+    U_SPEED,
+    U_STALL,
+    U_STALL_EXTRA,
+    U_TTFT,
+    CallLatency,
+)
+from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS
+from sim.policies import Attempt, Hedge, Policy, Race, Sequential
+from sim.provider import (
+    _SAME_INSTANT,
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_INVALID,
+    OUTCOME_OK,
+    OUTCOME_TIMEOUT,
+    OUTCOMES,
+)
+from sim.streams import CallDrawBank
+from sim.workflow import Step, Workflow
+
+# Outcome codes: indices into OUTCOMES (the `outcome` column).
+O_OK, O_INVALID, O_ERROR = (OUTCOMES.index(o) for o in (OUTCOME_OK, OUTCOME_INVALID, OUTCOME_ERROR))
+O_TIMEOUT, O_CANCELLED = OUTCOMES.index(OUTCOME_TIMEOUT), OUTCOMES.index(OUTCOME_CANCELLED)
+#: Drawn outcome (sim.latency OK / ERROR / INVALID) -> outcome code of a call that ran to its end.
+_DRAWN_OUTCOME = np.zeros(3, dtype=np.int8)
+_DRAWN_OUTCOME[[OK, ERROR, INVALID]] = [O_OK, O_ERROR, O_INVALID]
+# What ended a call early: indices into ENDED_BY (the `ended_by` column; "" ended on its own).
+E_NONE, E_ATTEMPT, E_DEADLINE, E_LOSER, E_RUN = (
+    ENDED_BY.index(e) for e in ("", BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN)
+)
+
+# How a call's uninterrupted life ends (before any cancellation).
+K_NATURAL, K_CUT, K_UNSERVED = 0, 1, 2  # ran to its end / cut at give-up / cut as it got a slot
+
+# Step states per request.
+S_NONE, S_OK, S_FAILED, S_DEADLINE = (
+    0,
+    1,
+    2,
+    3,
+)  # not started / succeeded / failed / cut by deadline
+
+#: Rows of each draw block checked against `CallLatency.draw` itself (a changed law falls back).
+_PROBE_ROWS = 16
+
+
+class UnsupportedError(Exception):
+    """The vectorized engine cannot reproduce this case; the event engine must run it."""
+
+
+@dataclass
+class VectorTables:
+    """The requests and calls tables of one policy, as `sim.metrics` builds them."""
+
+    requests: pd.DataFrame
+    calls: pd.DataFrame
+
+
+@dataclass
+class CallArrays:
+    """Every call of one simulation as columns (one row per call, no per-call objects)."""
+
+    request: np.ndarray  # int64 request index
+    step: np.ndarray  # int32 step index
+    attempt: np.ndarray  # int32
+    provider: np.ndarray  # int32 index into providers
+    model: np.ndarray  # int32 index into models
+    start: np.ndarray  # float seconds
+    end: np.ndarray
+    ttft: np.ndarray  # NaN unless the call ran to its end without a hard error
+    outcome: np.ndarray  # int8 index into OUTCOMES
+    billed_input: np.ndarray  # int64
+    billed_output: np.ndarray
+    cost: np.ndarray
+    quota_tokens: np.ndarray  # int64 tokens the quota took at admission
+    ended_by: np.ndarray  # int8 index into ENDED_BY: what ended it early (0: nothing)
+
+
+class _CallLog:
+    """Calls as they are computed, in column chunks; cancellations are applied at the end."""
+
+    FIELDS = (
+        "request", "step", "attempt", "provider", "model", "start", "natural_end", "kind",
+        "drawn", "ttft", "generating", "cancel_at",
+    )  # fmt: skip
+    FLOATS = frozenset({"start", "natural_end", "ttft", "generating", "cancel_at"})
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[np.ndarray | int, ...]] = []
+
+    def add(self, *columns: np.ndarray | int) -> None:
+        self.chunks.append(columns)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each field over all chunks; a field given as one number per chunk is repeated."""
+        sizes = [len(c[0]) for c in self.chunks]  # type: ignore[arg-type]
+        out = {}
+        for i, name in enumerate(self.FIELDS):
+            parts = [c[i] for c in self.chunks]
+            if parts and all(np.isscalar(p) for p in parts):
+                out[name] = np.repeat(np.asarray(parts, dtype=np.int32), sizes)
+            elif parts:
+                out[name] = np.concatenate(
+                    [np.broadcast_to(p, (k,)) for p, k in zip(parts, sizes, strict=True)]
+                )
+            else:
+                out[name] = np.zeros(0, dtype=float if name in self.FLOATS else np.int64)
+        return out
+
+
+@dataclass
+class _StepResult:
+    """How one step ended for the requests that started it (arrays aligned with their rows)."""
+
+    state: np.ndarray  # S_OK / S_FAILED / S_DEADLINE
+    end: np.ndarray  # when it resolved (the deadline for S_DEADLINE)
+    last: np.ndarray  # outcome code of its call that ended last (the reason of a failure)
+
+
+class VectorizedSimulation:
+    """One policy on one scenario, computed for all requests at once (no shared state)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: Policy,
+        bank: CallDrawBank,
+        deadline_s: float | None = None,
+        latencies: dict[tuple[str, str], CallLatency] | None = None,
+    ) -> None:
+        if type(policy) not in (Sequential, Race, Hedge):
+            raise UnsupportedError(f"policy class {type(policy).__name__} is not vectorized")
+        self.scenario = scenario
+        self.policy = policy
+        self.bank = bank
+        self.deadline_s = scenario.deadline_s if deadline_s is None else deadline_s
+        self.workflow = Workflow.from_scenario(scenario)
+        self.latencies = latencies or serving_latencies(scenario)
+        self.providers = list(scenario.providers)
+        self.models = list(scenario.models)
+        self.billing = scenario.billing.cancelled
+        self.log = _CallLog()
+        self._probed: set[tuple[str, int, str, str, int]] = set()
+
+    # ------------------------------------------------------------------ driving
+
+    def run(self, arrivals: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], CallArrays]:
+        """Simulate every request; return (arrival times as the clock saw them, the per-request
+        columns, the calls)."""
+        n = len(arrivals)
+        if n != self.bank.n_requests:
+            raise UnsupportedError("the draw bank is sized for another number of requests")
+        arrival = clock_arrivals(np.asarray(arrivals, dtype=float))
+        deadline = arrival + self.deadline_s
+        steps = self.workflow.steps
+        count = len(steps)
+        start = np.full((count, n), np.nan)
+        end = np.full((count, n), np.nan)
+        state = np.zeros((count, n), dtype=np.int8)
+        last = np.zeros((count, n), dtype=np.int8)
+        for j in topological_order(steps):
+            step = steps[j]
+            if step.depends_on:
+                ready = np.logical_and.reduce([state[d] == S_OK for d in step.depends_on])
+                at = np.max([end[d] for d in step.depends_on], axis=0)
+            else:
+                ready, at = np.ones(n, dtype=bool), arrival
+            rows = np.flatnonzero(ready)
+            start[j, rows] = at[rows]
+            if not len(rows):
+                continue
+            result = self._step(step, rows, at[rows], deadline[rows])
+            state[j, rows], end[j, rows], last[j, rows] = result.state, result.end, result.last
+        runs = self._resolve_runs(arrival, deadline, start, end, state, last)
+        closed_at, failing = runs.pop("_closed_early"), runs.pop("_failing_step")
+        calls, unclear = self._finish_calls(closed_at, failing, deadline)
+        if len(unclear):
+            runs, calls = self._replay(unclear, arrival, runs, calls)
+        return arrival, runs, calls
+
+    def _step(
+        self, step: Step, rows: np.ndarray, start: np.ndarray, deadline: np.ndarray
+    ) -> _StepResult:
+        policy = self.policy
+        if isinstance(policy, Sequential):
+            return self._sequential(step, policy.plans[step.id], rows, start, deadline)
+        if isinstance(policy, Race):
+            return self._race(step, policy.rounds[step.id], rows, start, deadline)
+        assert isinstance(policy, Hedge)
+        return self._hedge(
+            step, policy.plans[step.id], policy.after[step.id], rows, start, deadline
+        )
+
+    # ------------------------------------------------------------------ one call slot
+
+    def _draws(
+        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(first token, generation, stall, drawn outcome) of this call slot for `rows`: the
+        bank's uniforms transformed as `CallLatency.draw` does (checked against it)."""
+        latency = self.latencies[(plan.provider, plan.model)]
+        block = self.bank.uniforms(step.id, attempt, 0)
+        u = block if len(rows) == len(block) else block[rows]  # rows: sorted, unique
+        ttft = latency.ttft.from_uniform(u[:, U_TTFT])
+        speed = latency.tokens_per_s.from_uniform(u[:, U_SPEED])
+        generation = step.output_tokens / np.maximum(speed, 1e-9)
+        stall = np.zeros(len(u))
+        if latency.stall_extra is not None and latency.stall_probability > 0:
+            stalled = np.flatnonzero(u[:, U_STALL] < latency.stall_probability)
+            stall[stalled] = latency.stall_extra.from_uniform(u[stalled, U_STALL_EXTRA])
+        v = u[:, U_OUTCOME]
+        drawn = np.full(len(u), OK, dtype=np.int8)
+        drawn[v < latency.error_rate + latency.invalid_rate] = INVALID
+        drawn[v < latency.error_rate] = ERROR
+        key = (step.id, attempt, plan.provider, plan.model, step.output_tokens)
+        if key not in self._probed:
+            self._probe(latency, u, step.output_tokens, (ttft, generation, stall, drawn))
+            self._probed.add(key)
+        return ttft, generation, stall, drawn
+
+    @staticmethod
+    def _probe(
+        latency: CallLatency,
+        u: np.ndarray,
+        output_tokens: int,
+        ours: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """Check the first rows against `CallLatency.draw`: a changed law must not go unseen."""
+        k = min(len(u), _PROBE_ROWS)
+        theirs = latency.draw(u[:k], output_tokens)
+        expected = (theirs.ttft, theirs.generation, theirs.stall, theirs.outcome)
+        for mine, reference in zip(ours, expected, strict=True):
+            if not np.array_equal(mine[:k], np.asarray(reference, dtype=mine.dtype)):
+                raise UnsupportedError("CallLatency.draw no longer matches the vector transform")
+
+    def _attempt(
+        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, start: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """One call slot started at `start`, uninterrupted (as `Provider.call` with a free slot):
+        (natural end, kind, outcome code, (drawn, ttft, generating) for billing)."""
+        ttft, generation, stall, drawn = self._draws(step, attempt, plan, rows)
+        service = np.where(drawn != OK, ttft, ttft + generation + stall)
+        give_up = plan.give_up_after
+        if give_up is None:
+            natural, kind = start + service, np.full(len(rows), K_NATURAL, dtype=np.int8)
+        elif give_up <= _SAME_INSTANT:  # granted its slot at its give-up instant: cut unserved
+            natural, kind = start.copy(), np.full(len(rows), K_UNSERVED, dtype=np.int8)
+        else:
+            cut = service > give_up
+            natural = np.where(cut, start + give_up, start + service)
+            kind = np.where(cut, K_CUT, K_NATURAL).astype(np.int8)
+        outcome = np.where(kind == K_NATURAL, _DRAWN_OUTCOME[drawn], O_TIMEOUT).astype(np.int8)
+        return natural, kind, outcome, (drawn, ttft, generation + stall)
+
+    def _log(
+        self,
+        step: Step,
+        attempt: int,
+        plan: Attempt,
+        rows: np.ndarray,
+        start: np.ndarray,
+        natural: np.ndarray,
+        kind: np.ndarray,
+        billing: tuple[np.ndarray, ...],
+        cancel_at: np.ndarray,
+    ) -> None:
+        drawn, ttft, generating = billing
+        self.log.add(
+            rows,
+            step.index,
+            attempt,
+            self.providers.index(plan.provider),
+            self.models.index(plan.model),
+            start,
+            natural,
+            kind,
+            drawn,
+            ttft,
+            generating,
+            cancel_at,
+        )
+
+    # ------------------------------------------------------------------ policies
+
+    def _sequential(
+        self,
+        step: Step,
+        plans: list[Attempt],
+        rows: np.ndarray,
+        start: np.ndarray,
+        deadline: np.ndarray,
+    ) -> _StepResult:
+        """wait / cut / downshift: attempts one after another, the next at the previous end.
+        A call still going at the deadline (or ending exactly at it) is cancelled there."""
+        m = len(rows)
+        state, end, last = np.zeros(m, np.int8), np.full(m, np.nan), np.zeros(m, np.int8)
+        pos, t = np.arange(m), start.copy()
+        for k, plan in enumerate(plans):
+            natural, kind, outcome, billing = self._attempt(step, k, plan, rows[pos], t[pos])
+            dl = deadline[pos]
+            cancelled = natural >= dl
+            self._log(
+                step, k, plan, rows[pos], t[pos], natural, kind, billing,
+                np.where(cancelled, dl, np.inf),
+            )  # fmt: skip
+            won = ~cancelled & (outcome == O_OK)
+            failed = ~cancelled & ~won
+            state[pos[cancelled]], end[pos[cancelled]] = S_DEADLINE, dl[cancelled]
+            state[pos[won]], end[pos[won]] = S_OK, natural[won]
+            if k == len(plans) - 1:
+                state[pos[failed]], end[pos[failed]] = S_FAILED, natural[failed]
+                last[pos[failed]] = outcome[failed]
+            pos = pos[failed]
+            t[pos] = natural[failed]
+            if not len(pos):
+                break
+        return _StepResult(state, end, last)
+
+    def _race(
+        self,
+        step: Step,
+        rounds: list[list[Attempt]],
+        rows: np.ndarray,
+        start: np.ndarray,
+        deadline: np.ndarray,
+    ) -> _StepResult:
+        """race: rounds of attempts started together; the first valid answer wins, attempts
+        ending at that same instant complete, later ones are cancelled; a round that fails
+        starts the next as its last attempt ends."""
+        m = len(rows)
+        state, end, last = np.zeros(m, np.int8), np.full(m, np.nan), np.zeros(m, np.int8)
+        pos, t, attempt = np.arange(m), start.copy(), 0
+        for r, plans in enumerate(rounds):
+            at, dl, its = t[pos], deadline[pos], rows[pos]
+            lives = [self._attempt(step, attempt + j, p, its, at) for j, p in enumerate(plans)]
+            naturals = np.stack([life[0] for life in lives])
+            outcomes = np.stack([life[2] for life in lives])
+            first_ok = np.where(outcomes == O_OK, naturals, np.inf).min(axis=0)
+            any_ok = first_ok < np.inf
+            last_end = naturals.max(axis=0)
+            round_end = np.where(any_ok, first_ok, last_end)
+            hit = round_end >= dl
+            won = any_ok & ~hit
+            for j, plan in enumerate(plans):
+                natural, kind, _, billing = lives[j]
+                cancel_at = np.where(
+                    hit & (natural >= dl),
+                    dl,
+                    np.where(won & (natural > first_ok), first_ok, np.inf),
+                )
+                self._log(step, attempt + j, plan, its, at, natural, kind, billing, cancel_at)
+            attempt += len(plans)
+            state[pos[hit]], end[pos[hit]] = S_DEADLINE, dl[hit]
+            state[pos[won]], end[pos[won]] = S_OK, first_ok[won]
+            failed = ~any_ok & ~hit
+            if r == len(rounds) - 1:
+                # the reason is the outcome of the attempt that ended last (ties: started last)
+                latest = len(plans) - 1 - np.argmax(naturals[::-1], axis=0)
+                reason = outcomes[latest, np.arange(len(pos))]
+                state[pos[failed]], end[pos[failed]] = S_FAILED, last_end[failed]
+                last[pos[failed]] = reason[failed]
+            pos = pos[failed]
+            t[pos] = last_end[failed]
+            if not len(pos):
+                break
+        return _StepResult(state, end, last)
+
+    def _hedge(
+        self,
+        step: Step,
+        plans: list[Attempt],
+        delay: float,
+        rows: np.ndarray,
+        start: np.ndarray,
+        deadline: np.ndarray,
+    ) -> _StepResult:
+        """hedge: as `Hedge.execute`, wake-up by wake-up: the earliest of a pending call's end and
+        the timer (re-armed at every wake-up as now + max(0, next_fire - now)); every call ending
+        by then counts; a valid answer wins (the rest cancelled); otherwise the next hedge fires
+        if none is pending or the fire time has come."""
+        m, size = len(rows), len(plans)
+        natural = np.full((m, size), np.inf)
+        begun = np.full((m, size), np.nan)
+        outcome = np.zeros((m, size), np.int8)
+        kind = np.zeros((m, size), np.int8)
+        drawn = np.zeros((m, size), np.int8)
+        ttft = np.zeros((m, size))
+        generating = np.zeros((m, size))
+        cancel = np.full((m, size), np.inf)
+        done = np.zeros((m, size), dtype=bool)
+        fired = np.zeros(m, dtype=np.int64)
+
+        def fire(pos: np.ndarray, at: np.ndarray) -> None:
+            for c in np.unique(fired[pos]).tolist():
+                group = fired[pos] == c
+                p, when = pos[group], at[group]
+                life = self._attempt(step, c, plans[c], rows[p], when)
+                natural[p, c], kind[p, c], outcome[p, c] = life[0], life[1], life[2]
+                drawn[p, c], ttft[p, c], generating[p, c] = life[3]
+                begun[p, c] = when
+                fired[p] = c + 1
+
+        fire(np.arange(m), start)
+        now, next_fire = start.copy(), start + delay
+        state, end, last = np.zeros(m, np.int8), np.full(m, np.nan), np.zeros(m, np.int8)
+        act = np.arange(m)
+        slots = np.arange(size)
+        while len(act):
+            started = slots[None, :] < fired[act, None]
+            pending = started & ~done[act]
+            pending_end = np.where(pending, natural[act], np.inf).min(axis=1)
+            timer = np.where(
+                fired[act] < size,
+                now[act] + np.maximum(0.0, next_fire[act] - now[act]),
+                np.inf,
+            )
+            wake = np.minimum(pending_end, timer)
+            dl = deadline[act]
+            hit = wake >= dl
+            gone = act[hit]
+            cancel[gone] = np.where(pending[hit], dl[hit, None], cancel[gone])
+            state[gone], end[gone] = S_DEADLINE, dl[hit]
+            act, wake, pending = act[~hit], wake[~hit], pending[~hit]
+            ended = pending & (natural[act] <= wake[:, None])
+            done[act] |= ended
+            won = (ended & (outcome[act] == O_OK)).any(axis=1)
+            winners = act[won]
+            still = pending & ~ended
+            cancel[winners] = np.where(still[won], wake[won, None], cancel[winners])
+            state[winners], end[winners] = S_OK, wake[won]
+            act, wake, still = act[~won], wake[~won], still[~won]
+            now[act] = wake
+            waiting = still.any(axis=1)
+            fires = (fired[act] < size) & (~waiting | (wake >= next_fire[act]))
+            fire(act[fires], wake[fires])
+            next_fire[act[fires]] = wake[fires] + delay
+            over = ~waiting & ~fires
+            lost = act[over]
+            if len(lost):
+                ends = np.where(slots[None, :] < fired[lost, None], natural[lost], -np.inf)
+                latest = size - 1 - np.argmax(ends[:, ::-1], axis=1)
+                state[lost], end[lost] = S_FAILED, wake[over]
+                last[lost] = outcome[lost, latest]
+            act = act[~over]
+        for c, plan in enumerate(plans):
+            p = np.flatnonzero(fired > c)
+            self._log(
+                step, c, plan, rows[p], begun[p, c], natural[p, c], kind[p, c],
+                (drawn[p, c], ttft[p, c], generating[p, c]), cancel[p, c],
+            )  # fmt: skip
+        return _StepResult(state, end, last)
+
+    # ------------------------------------------------------------------ runs and calls
+
+    def _resolve_runs(
+        self,
+        arrival: np.ndarray,
+        deadline: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        state: np.ndarray,
+        last: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Each run's result from its steps' results (as `Simulation._resolve` and the deadline
+        timer decide): the first failure that loses a required step fails it at once; otherwise
+        a step cut by the deadline fails it at the deadline; otherwise it succeeds as its last
+        step resolves."""
+        steps = self.workflow.steps
+        n = len(arrival)
+        critical = [
+            s.required or any(steps[i].required for i in self.workflow.downstream(s.index))
+            for s in steps
+        ]
+        fail_at = np.full(n, np.inf)
+        fail_step = np.full(n, -1, dtype=np.int64)
+        for j in topological_order(steps):
+            if critical[j]:
+                earlier = (state[j] == S_FAILED) & (end[j] < fail_at)
+                fail_at[earlier], fail_step[earlier] = end[j, earlier], j
+        early = fail_at < np.inf
+        late = ~early & (state == S_DEADLINE).any(axis=0)
+        ok = ~early & ~late
+        # the step started last (ties: the later in file order, as processes start in order)
+        running = np.full(n, -1, dtype=np.int64)
+        latest = np.full(n, -np.inf)
+        for j in range(len(steps)):
+            newer = (state[j] != S_NONE) & (start[j] >= latest)
+            running[newer], latest[newer] = j, start[j, newer]
+        finished = np.fmax.reduce(np.where(state == S_NONE, np.nan, end), axis=0)
+        run_end = np.where(ok, finished, np.where(early, fail_at, deadline))
+        ids = np.asarray([s.id for s in steps] + [""], dtype=object)
+        names = np.asarray(OUTCOMES, dtype=object)
+        reason = np.full(n, "", dtype=object)
+        where_step = np.full(n, "", dtype=object)
+        reason[late], where_step[late] = FAIL_DEADLINE, ids[running[late]]
+        reason[early] = names[last[fail_step[early], np.flatnonzero(early)]]
+        where_step[early] = ids[fail_step[early]]
+        return {
+            "arrival": arrival,
+            "deadline": deadline,
+            "ok": ok,
+            "end": run_end,
+            "fail_reason": reason,
+            "fail_step": where_step,
+            "_closed_early": np.where(early, fail_at, np.inf),
+            "_failing_step": fail_step,
+        }
+
+    def _finish_calls(
+        self, closed_at: np.ndarray, failing: np.ndarray, deadline: np.ndarray
+    ) -> tuple[CallArrays, np.ndarray]:
+        """Apply every cancellation (deadline, race loser, hedge loser, a run failed by another
+        branch), name what ended each call early (its `ended_by`, as the event engine's
+        interrupt causes and policy cuts do) and bill each call as `Provider.call` does (with
+        the deadline propagated, which qualifying requires). Also return the requests whose
+        failure coincides with an event of another branch (a call ending or starting at that
+        very instant): which came first is simpy's event order, so the event engine replays
+        them."""
+        col = self.log.columns()
+        request, start, natural = col["request"], col["start"], col["natural_end"]
+        cancel_at = col["cancel_at"]
+        closed = closed_at[request]
+        other_branch = col["step"] != failing[request]
+        coincide = other_branch & ((start == closed) | (np.minimum(natural, cancel_at) == closed))
+        unclear = np.unique(request[coincide])
+        keep = start <= closed  # calls a failed run never started are dropped
+        if not keep.all():
+            col = {k: v[keep] for k, v in col.items()}
+            request, start, natural = col["request"], col["start"], col["natural_end"]
+            cancel_at, closed = col["cancel_at"], closed[keep]
+        in_flight = np.minimum(natural, cancel_at) > closed
+        by_deadline = cancel_at == deadline[request]  # else a loser's (before its deadline)
+        cancel_at = np.where(in_flight, closed, cancel_at)
+        cancelled = cancel_at < np.inf
+        end = np.where(cancelled, cancel_at, natural)
+        kind, drawn = col["kind"], col["drawn"]
+        outcome = np.where(
+            cancelled,
+            O_CANCELLED,
+            np.where(kind == K_NATURAL, _DRAWN_OUTCOME[drawn], O_TIMEOUT),
+        ).astype(np.int8)
+        ended_by = np.select(
+            [in_flight, cancelled & by_deadline, cancelled, kind != K_NATURAL],
+            [E_RUN, E_DEADLINE, E_LOSER, E_ATTEMPT],
+            E_NONE,
+        ).astype(np.int8)
+        steps = self.workflow.steps
+        input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[col["step"]]
+        output_tokens = np.asarray([s.output_tokens for s in steps], dtype=np.int64)[col["step"]]
+        ran = ~cancelled & (kind == K_NATURAL)
+        billed_in = np.where(ran & (drawn != ERROR), input_tokens, 0)
+        billed_out = np.where(ran & (drawn == OK), output_tokens, 0)
+        # stopped after holding a slot for some time: cut at give-up, or cancelled
+        stopped = (~cancelled & (kind == K_CUT)) | (cancelled & (end > start))
+        cut_in, cut_out = self._bill_cut(
+            drawn, col["ttft"], col["generating"], end - start, input_tokens, output_tokens
+        )
+        billed_in = np.where(stopped, cut_in, billed_in)
+        billed_out = np.where(stopped, cut_out, billed_out)
+        price_in = np.asarray(
+            [self.scenario.models[m].price_per_mtok.input / 1e6 for m in self.models]
+        )[col["model"]]
+        price_out = np.asarray(
+            [self.scenario.models[m].price_per_mtok.output / 1e6 for m in self.models]
+        )[col["model"]]
+        return CallArrays(
+            request=request.astype(np.int64),
+            step=col["step"].astype(np.int32),
+            attempt=col["attempt"].astype(np.int32),
+            provider=col["provider"].astype(np.int32),
+            model=col["model"].astype(np.int32),
+            start=start,
+            end=end,
+            ttft=np.where(ran & (drawn != ERROR), col["ttft"], np.nan),
+            outcome=outcome,
+            billed_input=billed_in,
+            billed_output=billed_out,
+            cost=billed_in * price_in + billed_out * price_out,
+            quota_tokens=input_tokens + output_tokens,
+            ended_by=ended_by,
+        ), unclear
+
+    def _replay(
+        self,
+        which: np.ndarray,
+        arrival: np.ndarray,
+        runs: dict[str, np.ndarray],
+        calls: CallArrays,
+    ) -> tuple[dict[str, np.ndarray], CallArrays]:
+        """Run requests `which` through the event engine (on their own rows of the same draws:
+        requests share nothing) and put their results in place of ours."""
+        bank = _RowsBank(self.bank, which)
+        sim = Simulation(
+            self.scenario, self.policy, bank, bank.streams, self.deadline_s, self.latencies
+        )
+        records = sim.run(arrival[which])
+        for run in records.runs:
+            i = which[run.index]
+            runs["ok"][i], runs["end"][i] = run.ok, run.end
+            runs["fail_reason"][i], runs["fail_step"][i] = run.fail_reason, run.fail_step
+        keep = ~np.isin(calls.request, which)
+        step_index = {s.id: s.index for s in self.workflow.steps}
+        theirs = records.calls
+        replayed = {
+            "request": which[np.asarray([c.run.index for c in theirs], dtype=np.int64)],
+            "step": np.asarray([step_index[c.step] for c in theirs], dtype=np.int32),
+            "attempt": np.asarray([c.attempt for c in theirs], dtype=np.int32),
+            "provider": np.asarray([self.providers.index(c.provider) for c in theirs], np.int32),
+            "model": np.asarray([self.models.index(c.model) for c in theirs], dtype=np.int32),
+            "start": np.asarray([c.start for c in theirs], dtype=float),
+            "end": np.asarray([c.end for c in theirs], dtype=float),
+            "ttft": np.asarray([c.ttft for c in theirs], dtype=float),
+            "outcome": np.asarray([OUTCOMES.index(c.outcome) for c in theirs], dtype=np.int8),
+            "billed_input": np.asarray([c.billed_input for c in theirs], dtype=np.int64),
+            "billed_output": np.asarray([c.billed_output for c in theirs], dtype=np.int64),
+            "cost": np.asarray([c.cost for c in theirs], dtype=float),
+            "quota_tokens": np.asarray([c.quota_tokens for c in theirs], dtype=np.int64),
+            "ended_by": np.asarray([ENDED_BY.index(c.ended_by) for c in theirs], dtype=np.int8),
+        }
+        merged = {
+            name: np.concatenate((getattr(calls, name)[keep], values))
+            for name, values in replayed.items()
+        }
+        return runs, CallArrays(**merged)
+
+    def _bill_cut(
+        self,
+        drawn: np.ndarray,
+        ttft: np.ndarray,
+        generating: np.ndarray,
+        elapsed: np.ndarray,
+        input_tokens: np.ndarray,
+        output_tokens: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`Provider._bill_cut` over arrays: (billed input, billed output)."""
+        zero = np.zeros(len(drawn), dtype=np.int64)
+        if self.billing == "none":
+            return zero, zero
+        billed_in = np.where(drawn != ERROR, input_tokens, 0)
+        if self.billing == "full":
+            return billed_in, np.where(drawn == OK, output_tokens, 0)
+        positive = generating > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(
+                positive,
+                np.minimum(1.0, (elapsed - ttft) / np.where(positive, generating, 1.0)),
+                1.0,
+            )
+        produced = (output_tokens * share).astype(np.int64)
+        return billed_in, np.where((drawn == OK) & (elapsed > ttft), produced, 0)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class _RowsBank(CallDrawBank):
+    """The rows `rows` of another bank's draws, as request indices 0, 1, ... (for a replay)."""
+
+    def __init__(self, parent: CallDrawBank, rows: np.ndarray) -> None:
+        super().__init__(parent.streams, len(rows))
+        self.parent = parent
+        self.rows = rows
+
+    def uniforms(self, step: str, attempt: int, resend: int, sdk: int = 0) -> np.ndarray:
+        return self.parent.uniforms(step, attempt, resend, sdk)[self.rows]
+
+    def uniform(self, index: int, *key: str | int) -> float:
+        return self.parent.uniform(int(self.rows[index]), *key)
+
+    def length_uniforms(self, step: str, attempt: int, resend: int) -> list[float]:
+        column = self.parent.length_uniforms(step, attempt, resend)
+        return [column[int(r)] for r in self.rows]
+
+
+def clock_arrivals(times: np.ndarray) -> np.ndarray:
+    """The arrival instants as the event engine's clock reaches them (now + (at - now))."""
+    if not len(times):
+        return times.copy()
+    previous = np.concatenate(([0.0], times[:-1]))
+    clock = np.where(times > previous, previous + (times - previous), previous)
+    if np.array_equal(clock, times):
+        return clock
+    now, out = 0.0, np.empty_like(times)
+    for i, at in enumerate(times.tolist()):
+        if at > now:
+            now += at - now
+        out[i] = now
+    return out
+
+
+def topological_order(steps: tuple[Step, ...]) -> list[int]:
+    """Step indices with every step after the steps it depends on (file order otherwise)."""
+    order: list[int] = []
+    placed: set[int] = set()
+    while len(order) < len(steps):
+        for step in steps:
+            if step.index not in placed and all(d in placed for d in step.depends_on):
+                order.append(step.index)
+                placed.add(step.index)
+    return order
+
+
+def simulate(
+    scenario: Scenario,
+    policy: Policy,
+    bank: CallDrawBank,
+    arrivals: np.ndarray,
+    deadline_s: float | None = None,
+    latencies: dict[tuple[str, str], CallLatency] | None = None,
+) -> tuple[dict[str, np.ndarray], CallArrays]:
+    """One policy on all requests: (per-request columns, calls). Raises `UnsupportedError`."""
+    engine = VectorizedSimulation(scenario, policy, bank, deadline_s, latencies)
+    _, runs, calls = engine.run(arrivals)
+    return runs, calls
+
+
+def tables(
+    scenario: Scenario, policy: str, runs: dict[str, np.ndarray], calls: CallArrays
+) -> VectorTables:
+    """The requests and calls tables of `sim.metrics` (same columns, dtypes and row order)."""
+    n = len(runs["arrival"])
+    ids = np.asarray([s.id for s in scenario.workflow.steps], dtype=object)
+    by_name = np.argsort(np.argsort(ids.astype(str)))  # step order as strings sort
+    order = np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+    count = len(order)
+
+    def strings(values: np.ndarray) -> pd.Series:
+        return pd.Series(values, dtype="string")
+
+    request = calls.request[order]
+    call_table = pd.DataFrame(
+        {
+            "policy": strings(np.full(count, policy, dtype=object)),
+            "request_id": request,
+            "resend": np.zeros(count, dtype=np.int64),
+            "step": strings(ids[calls.step[order]]),
+            "attempt": calls.attempt[order].astype(np.int64),
+            "provider": strings(
+                np.asarray(list(scenario.providers), object)[calls.provider[order]]
+            ),
+            "model": strings(np.asarray(list(scenario.models), object)[calls.model[order]]),
+            "start_s": calls.start[order],
+            "queue_s": np.zeros(count),
+            "ttft_s": calls.ttft[order],
+            "end_s": calls.end[order],
+            "outcome": strings(np.asarray(OUTCOMES, dtype=object)[calls.outcome[order]]),
+            "input_tokens": calls.billed_input[order].astype(np.int64),
+            "output_tokens": calls.billed_output[order].astype(np.int64),
+            "cost_usd": calls.cost[order],
+            "retry_after_s": np.full(count, math.nan),
+            "quota_tokens": calls.quota_tokens[order].astype(np.int64),
+            "sdk_retry": np.zeros(count, dtype=np.int64),  # SDK retries are never vectorized
+            "valid": np.ones(count, dtype=bool),  # no validator: junk is caught, never delivered
+            "ended_by": strings(np.asarray(ENDED_BY, dtype=object)[calls.ended_by[order]]),
+            "orphan": np.zeros(count, dtype=bool),  # the deadline propagates (whitelisted)
+        },
+        columns=list(CALL_COLUMNS),
+    )
+    per_request = np.bincount(calls.request, minlength=n)
+    cost = np.bincount(calls.request, weights=calls.cost, minlength=n)
+    tokens = np.bincount(
+        calls.request, weights=calls.billed_input + calls.billed_output, minlength=n
+    )
+    ok = runs["ok"]
+    request_table = pd.DataFrame(
+        {
+            "policy": strings(np.full(n, policy, dtype=object)),
+            "request_id": np.arange(n, dtype=np.int64),
+            "resend": np.zeros(n, dtype=np.int64),
+            "arrival_s": runs["arrival"],
+            "latency_s": np.where(ok, runs["end"], runs["deadline"]) - runs["arrival"],
+            "ok": ok.astype(bool),
+            "cost_usd": cost,
+            "tokens": np.rint(tokens).astype(np.int64),
+            "calls": per_request.astype(np.int64),
+            "end_s": runs["end"],
+            "fail_reason": strings(runs["fail_reason"]),
+            "fail_step": strings(runs["fail_step"]),
+            "valid": ok.astype(bool),
+            "quality": _delivered_quality(scenario, calls, ok, n),
+            "valid_hit": ok.astype(bool),  # no validator and quality_floor 0 (whitelisted)
+            "draft_kept": np.zeros(n, dtype=np.int64),
+            "draft_upgraded": np.zeros(n, dtype=np.int64),
+            "first_signal_s": _first_signal(calls, runs["arrival"], n),
+            "refused_retries": np.zeros(n, dtype=np.int64),  # no admission (whitelisted)
+            "refused_starts": np.zeros(n, dtype=np.int64),
+        },
+        columns=list(REQUEST_COLUMNS),
+    )
+    return VectorTables(request_table, call_table)
+
+
+def _first_signal(calls: CallArrays, arrival: np.ndarray, n: int) -> np.ndarray:
+    """Per run, the event engine's `Run.first_signal`: from its arrival to the earliest first
+    token of a call that answered ok (no call queues here); NaN without one."""
+    answered = calls.outcome == O_OK
+    request = calls.request[answered]
+    first = np.full(n, np.inf)
+    np.minimum.at(first, request, calls.start[answered] + calls.ttft[answered])
+    return np.where(np.isfinite(first), first - arrival, np.nan)
+
+
+def _delivered_quality(scenario: Scenario, calls: CallArrays, ok: np.ndarray, n: int) -> np.ndarray:
+    """Per delivered run, the mean `quality` of the models whose answer each step kept (as the
+    event engine's `Run.quality`: its last valid answer per step); NaN for a failed run."""
+    quality = np.asarray([m.quality for m in scenario.models.values()], dtype=float)
+    answered = np.flatnonzero(calls.outcome == O_OK)
+    # the answer a step kept is its valid call that ended last
+    order = answered[
+        np.lexsort((calls.end[answered], calls.step[answered], calls.request[answered]))
+    ]
+    keys = calls.request[order] * (len(scenario.workflow.steps) + 1) + calls.step[order]
+    last = np.r_[keys[1:] != keys[:-1], True] if len(keys) else np.zeros(0, dtype=bool)
+    kept = order[last]
+    total = np.bincount(calls.request[kept], weights=quality[calls.model[kept]], minlength=n)
+    count = np.bincount(calls.request[kept], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), 1.0)
+    return np.where(ok, mean, np.nan)
