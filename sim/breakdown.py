@@ -13,13 +13,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
+from sim.metrics import MINUTE_S, peak_window_sum
 from sim.provider import OUTCOME_ERROR, OUTCOME_RATE_LIMITED, OUTCOME_TIMEOUT
 
-#: Seconds of the rolling window a per-minute quota is compared with.
-MINUTE_S = 60.0
 #: Failure rows kept per policy (the rest are summed into one `other` row).
 TOP_FAILURES = 5
 
@@ -126,17 +124,6 @@ def _provider_row(
         "tpm": limit.tpm if limit.tpm is not None else math.nan,
         "peak_tpm_share": peak / limit.tpm if limit.tpm else math.nan,
     }
-
-
-def peak_window_sum(times: np.ndarray, amounts: np.ndarray, window: float) -> float:
-    """The largest sum of `amounts` over the events in any half-open window (t - window, t]."""
-    if len(times) == 0:
-        return 0.0
-    order = np.argsort(times, kind="stable")
-    t, cumulative = times[order], np.cumsum(amounts[order])
-    first = np.searchsorted(t, t - window, side="right")  # first event inside each window
-    before = np.where(first > 0, cumulative[np.maximum(first - 1, 0)], 0.0)
-    return float(np.max(cumulative - before))
 
 
 def provider_limits(scenario_providers: Mapping[str, object]) -> dict[str, ProviderLimits]:

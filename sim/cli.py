@@ -183,13 +183,7 @@ def run(
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
         out.print(breakdown_table(result.breakdown))
         out.print(engines_line(result.engines, result.engine_notes), markup=False)
-        out.print(
-            f"results: {folder}/ (summary.csv, requests.parquet, calls.parquet"
-            + ("" if result.actions.empty else ", actions.parquet")  # tool steps only
-            + ("" if no_plot else f", {FIGURE}")
-            + ")",
-            markup=False,
-        )
+        out.print(f"results: {folder}/ ({_listing(folder)})", markup=False)
 
 
 @main.command()
@@ -295,6 +289,15 @@ def sweep(
             "" if no_plot else ", figures/"
         )
         out.print(f"results: {folder}/ ({files})", markup=False)
+
+
+def _listing(folder: Path) -> str:
+    """The files a results folder holds, as `a.csv, b.parquet, figures/x.png`."""
+    names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    figures = folder / "figures"
+    if figures.is_dir():
+        names += [f"figures/{p.name}" for p in sorted(figures.iterdir())]
+    return ", ".join(names)
 
 
 @contextmanager

@@ -202,20 +202,27 @@ class EpisodesSpec(Spec):
         return self
 
 
-class DifficultySpec(Spec):
-    """A per-request factor on first token and generation, the same for every attempt of the
-    request (lognormal with this median and 99th percentile)."""
+class MedianP99Spec(Spec):
+    """A lognormal given by its median and 99th percentile: the p99 must lie above the median."""
 
-    median: PositiveFloat = 1.0
-    p99: PositiveFloat = Field(description="99th percentile of the factor (> median)")
+    median: float
+    p99: float
 
     @model_validator(mode="after")
-    def _p99_above_median(self) -> DifficultySpec:
+    def _p99_above_median(self) -> MedianP99Spec:
         if not self.p99 > self.median:
             raise FieldError(
                 ("p99",), f"must be greater than median ({self.median:g}), got {self.p99:g}"
             )
         return self
+
+
+class DifficultySpec(MedianP99Spec):
+    """A per-request factor on first token and generation, the same for every attempt of the
+    request (lognormal with this median and 99th percentile)."""
+
+    median: PositiveFloat = 1.0
+    p99: PositiveFloat = Field(description="99th percentile of the factor (> median)")
 
 
 QuotaLimit = Annotated[int, Field(ge=1)] | None
@@ -301,19 +308,11 @@ class ModelSpec(Spec):
     quality: Probability = 1.0
 
 
-class LengthSpec(Spec):
+class LengthSpec(MedianP99Spec):
     """An answer length that varies per call: a lognormal from its median and p99 (tokens)."""
 
     median: Annotated[float, Field(ge=1, allow_inf_nan=False)]
     p99: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-
-    @model_validator(mode="after")
-    def _p99_above_median(self) -> LengthSpec:
-        if not self.p99 > self.median:
-            raise FieldError(
-                ("p99",), f"must be greater than median ({self.median:g}), got {self.p99:g}"
-            )
-        return self
 
 
 class ValidatorSpec(Spec):

@@ -35,6 +35,9 @@ REQUEST_COLUMNS = (
     "draft_upgraded", "first_signal_s", "refused_retries", "refused_starts",
 )  # fmt: skip
 
+#: Seconds of the rolling window a per-minute quota is compared with.
+MINUTE_S = 60.0
+
 #: Summary columns with their unit and meaning (the docs table is generated from this).
 SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "policy": ("", "policy name from the scenario"),
@@ -416,13 +419,20 @@ def peak_tpm_share(calls: pd.DataFrame, tpm: Mapping[tuple[str, str | None], int
         mask = calls["provider"] == provider
         if model is not None:
             mask &= calls["model"] == model
-        part = calls.loc[mask & (calls["quota_tokens"] > 0)].sort_values("start_s")
-        if not len(part):
-            best = np.nanmax([best, 0.0])
-            continue
-        t = part["start_s"].to_numpy(float)
-        total = np.cumsum(part["quota_tokens"].to_numpy(float))
-        first = np.searchsorted(t, t - 60.0, side="right")  # window (t - 60, t]
-        window = total - np.concatenate([[0.0], total])[first]
-        best = np.nanmax([best, float(window.max()) / limit])
+        part = calls.loc[mask]
+        peak = peak_window_sum(
+            part["start_s"].to_numpy(float), part["quota_tokens"].to_numpy(float), MINUTE_S
+        )
+        best = np.nanmax([best, peak / limit])
     return float(best)
+
+
+def peak_window_sum(times: np.ndarray, amounts: np.ndarray, window: float) -> float:
+    """The largest sum of `amounts` over the events in any half-open window (t - window, t]."""
+    if len(times) == 0:
+        return 0.0
+    order = np.argsort(times, kind="stable")
+    t, cumulative = times[order], np.cumsum(amounts[order])
+    first = np.searchsorted(t, t - window, side="right")  # first event inside each window
+    before = np.where(first > 0, cumulative[np.maximum(first - 1, 0)], 0.0)
+    return float(np.max(cumulative - before))

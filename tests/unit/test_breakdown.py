@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sim
-from sim.breakdown import ProviderLimits, breakdown, peak_window_sum, provider_limits
+from sim.breakdown import ProviderLimits, breakdown, provider_limits
 from sim.capacity import check_fits, estimated_bytes
 from sim.errors import ScenarioError
+from sim.metrics import peak_window_sum
 from sim.scenario import load_scenario
 
 
