@@ -1,7 +1,7 @@
 """All of issue 12's speed figures in one table, each against its baseline in the same process.
 
 Run from the repository root: `python benchmarks/all.py [--requests N] [--vector-requests N]
-[--repeat R] [--workers W] [--sweep-repeat S]` (about 1.5 min on 2 shared cores). Not part of
+[--repeat R] [--workers W] [--sweep-repeat S]` (about 2 min on 2 shared cores). Not part of
 the test run.
 
 - Event engine (`engine="des"`) on the bundled default scenario, `wait` and `race`: simulated
