@@ -1,6 +1,8 @@
 """Engine overhead: tailsim's simulated calls per second against a bare simpy loop.
 
 Run: `python benchmarks/engine.py [--requests N] [--repeat R]`. Not part of the test run.
+`python benchmarks/engine.py --profile wait` instead profiles the engine (simulation and tables,
+cProfile) on one run of that policy and prints the 25 functions with the most own time.
 
 For the `wait` and `race` policies of the bundled default scenario it times tailsim's engine
 (the simulation only, then with the tables built), then, in the same process, a bare simpy
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import pstats
 import time
 from collections.abc import Generator
 from typing import Any
@@ -94,8 +98,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--profile", metavar="POLICY", help="profile one run of POLICY instead")
     args = parser.parse_args()
     scenario = sim.load_scenario()
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(tailsim_rate, scenario, args.profile, args.requests)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return
     print(f"default scenario '{scenario.name}', {args.requests} requests, best of {args.repeat}")
     print(
         f"{'policy':8} {'calls':>8} {'tailsim calls/s':>16} {'(with tables)':>14} "
