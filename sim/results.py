@@ -23,13 +23,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from sim.config import Scenario
 from sim.errors import ScenarioError
 from sim.runner import RunResult
-from sim.sweep import SweepResult
 
 FIGURE = "figures/policies.png"
-SWEEP_FIGURE = "figures/sweep.png"
 STORM_FIGURE = "figures/storm.png"
 STRESS_FIGURE = "figures/stress.png"
 RESULT_FILES = (
@@ -176,44 +173,6 @@ def _write_run_files(
                 from sim.storm_plots import save, storm_figure  # noqa: PLC0415 - on demand
 
                 save(storm_figure(series, f"{result.scenario.name}: storm"), staging / STORM_FIGURE)
-
-
-def write_sweep_results(
-    sweep: SweepResult,
-    scenario: Scenario,
-    folder: Path,
-    source: str,
-    version: str,
-    figures: bool = True,
-) -> Path:
-    """Write a sweep's stacked summary and runs (and figures/sweep.png) to `folder` atomically."""
-    with staged(folder, overwrite=True) as staging:
-        sweep.summary.to_csv(staging / "summary.csv", index=False)
-        sweep.requests.to_parquet(staging / "requests.parquet", index=False)
-        data = scenario.model_dump(mode="json", exclude_none=True)
-        _absolute_files(data, Path(scenario.source_dir or "."))
-        header = "# The scenario as swept: every default explicit; points in run.json.\n"
-        (staging / "scenario.resolved.yaml").write_text(
-            header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8"
-        )
-        meta = {
-            "scenario": scenario.name,
-            "source": source,
-            "tailsim_version": version,
-            "grid_keys": sweep.keys,
-            "points": [
-                {"overrides": p.overrides, "replication": p.replication, "seed": p.seed}
-                for p in sweep.points
-            ],
-            "python": platform.python_version(),
-            "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        _write_json(staging / "run.json", meta)
-        if figures and sweep.keys:
-            from sim.plots import write_sweep_figure  # noqa: PLC0415 - slow import, on demand
-
-            write_sweep_figure(sweep.summary, sweep.keys, staging / SWEEP_FIGURE, scenario.name)
-    return folder
 
 
 def write_stress_results(

@@ -211,3 +211,13 @@ def timeline(calls: pd.DataFrame) -> list[tuple[str, int, str, str, float, float
         )
         for r in ordered.itertuples()
     ]
+
+
+def scenario_dict_with(edit: dict[str, Any]) -> dict[str, Any]:
+    """A one-step, one-policy ('p': wait) scenario dict with `edit` merged into the workflow,
+    its first step or the policy."""
+    data = scenario_dict([step("s1")], {"p": {"kind": "wait"}})
+    data["workflow"] |= edit.get("workflow", {})
+    data["workflow"]["steps"][0] |= edit.get("step", {})
+    data["policies"]["p"] |= edit.get("policy", {})
+    return data

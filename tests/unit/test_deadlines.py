@@ -12,8 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Draw, ScriptedBank, build, const, error, ok, scenario_dict, simulate, step
-from tests_helpers_path import scenario_dict_with
+from helpers import (
+    Draw,
+    ScriptedBank,
+    build,
+    const,
+    error,
+    ok,
+    scenario_dict,
+    scenario_dict_with,
+    simulate,
+    step,
+)
 
 import sim
 from sim.actions import CONFIRMED, PLANNED, UNKNOWN, actions_frame
