@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -196,6 +197,17 @@ class Simulation:
         self.actions: list[Action] = []
         #: How the deadline reaches this policy's work (propagation, reserve, admission).
         self.rules = rules if rules is not None else rules_for(scenario, policy.name)
+        #: Keep each attempt's `Flight` (only a policy reading streaming progress needs them).
+        self.keeps_flights = policy.watches_flights
+        #: Per step index: nothing in the step itself or the rules to check per attempt (the
+        #: rest of `_StepRun.plain` depends on the run).
+        self.plain_steps = [
+            s.budget_s == math.inf
+            and s.attempt_budget_s is None
+            and s.queue_budget_s is None
+            and self.rules.expected is None
+            for s in self.workflow.steps
+        ]
         self.tools = ToolDesk(self)
         disconnect = scenario.customers.disconnect
         self._disconnect_p = disconnect.probability if disconnect is not None else 0.0
@@ -538,17 +550,12 @@ class Simulation:
         prefill), generation (times the request's difficulty, scaled to this call's drawn
         answer length), stall, drawn outcome; and whether the answer will be truncated."""
         run, step = handle.run, handle.step
-        latency = self.latencies[(plan.provider, plan.model)]
         path = (plan.provider, plan.model)
-        draws = (
-            self.bank.draws(step.id, attempt, run.resend, path, latency, step.output_tokens)
-            if sdk == 0
-            else self.bank.draws(
-                step.id, attempt, run.resend, path, latency, step.output_tokens, sdk
-            )
-        )
+        latency = self.latencies[path]
+        tokens = step.output_tokens
+        draws = self.bank.draws(step.id, attempt, run.resend, path, latency, tokens, sdk)
         i = run.index
-        ttft, generation, tokens = draws.ttft[i], draws.generation[i], step.output_tokens
+        ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
         if latency.ttft_s_per_ktok > 0:  # prefill grows with the prompt
@@ -577,8 +584,10 @@ class Simulation:
             call.sdk_retry = sdk
         if provider.spell_error_rate > 0:
             call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, run.resend, sdk)
-        handle.flights[attempt] = Flight(call, ttft, generation, draws.stall[i])
-        return call, (ttft, generation, draws.stall[i], draws.outcome[i]), truncated
+        stall = draws.stall[i]
+        if self.keeps_flights:
+            handle.flights[attempt] = Flight(call, ttft, generation, stall)
+        return call, (ttft, generation, stall, draws.outcome[i]), truncated
 
     def _check_answer(
         self, handle: _StepRun, call: Call, truncated: bool
@@ -698,6 +707,8 @@ class _Limits:
 
 #: The limits of an attempt on the fast path (no budget, reserve or admission).
 _NO_LIMITS = _Limits()
+#: The (read-only, always empty) flights of a step whose policy does not read them.
+_NO_FLIGHTS: MappingProxyType[int, Flight] = MappingProxyType({})
 
 
 class _StepRun:
@@ -713,22 +724,22 @@ class _StepRun:
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
         self.answer: Call | None = None  # the answer the step delivers (last ok by default)
-        self.flights: dict[int, Flight] = {}  # every attempt's call and its drawn times
+        #: Every attempt's call and its drawn times (kept only for a policy that reads them).
+        self.flights: dict[int, Flight] | MappingProxyType[int, Flight] = (
+            {} if sim.keeps_flights else _NO_FLIGHTS
+        )
         rules = sim.rules
         #: When this step's budget runs out (inf: no step budget).
-        self.step_end = self.env.now + step.budget_s
+        self.step_end = sim.env.now + step.budget_s
         #: The end of the request's time as this step's work knows it: the deadline less the
         #: reserve with propagation; without, the work does not know the deadline (inf).
         self.known_end = run.deadline_at - rules.reserve_s if rules.propagate else math.inf
         #: Where attempts are cut for the request's time (inf: the deadline cancels them).
         self.work_end = self.known_end if rules.caps_attempts else math.inf
-        #: Nothing to check per attempt: the fast path.
+        #: Nothing to check per attempt: the fast path (the step's and the rules' part of
+        #: this is fixed per simulation, in `Simulation.plain_steps`).
         self.plain = (
-            self.step_end == math.inf
-            and self.work_end == math.inf
-            and step.attempt_budget_s is None
-            and step.queue_budget_s is None
-            and rules.expected is None
+            sim.plain_steps[step.index] and self.step_end == math.inf and self.work_end == math.inf
         )
 
     @property
