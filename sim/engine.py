@@ -365,23 +365,26 @@ class Simulation:
     def _step(self, run: Run, step: Step | None) -> Generator[simpy.Event, Any, None]:
         """Run a step, then go on with the first step it unlocks (others get processes of their
         own): a chain costs one process, a DAG one per branch."""
-        env = self.env
+        env, execute, controls = self.env, self.policy.execute, self.controls
         while step is not None:
             handle = _StepRun(self, run, step)
             run.running = step.id
             began = env.now
             if step.tool is None:
-                ok = yield from self.policy.execute(handle)
+                ok = yield from execute(handle)
             else:
                 ok = yield from self.tools.execute(handle)
             if ok and not run.closed:
                 self._answered(run, step, handle.answer)
-            if self.controls is not None:
-                self.controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
+            if controls is not None:
+                controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
             ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
-            step = ready[0] if ready else None
-            for other in ready[1:]:
-                self.env.process(self._step(run, other))
+            if not ready:
+                return
+            step = ready[0]
+            if len(ready) > 1:
+                for other in ready[1:]:
+                    env.process(self._step(run, other))
 
     def _answered(self, run: Run, step: Step, answer: Call | None) -> None:
         """Record the answer a step delivered: its model's quality, and whether it is valid
@@ -390,8 +393,14 @@ class Simulation:
             return
         run.answered += 1
         run.quality_sum += self.model_quality[answer.model]
-        valid = answer.valid and all(run.valid_steps[d] for d in step.depends_on)
-        run.valid_steps[step.index] = valid
+        valid_steps = run.valid_steps
+        valid = answer.valid
+        if valid:  # and everything it was built on (as `all`, without a generator per step)
+            for d in step.depends_on:
+                if not valid_steps[d]:
+                    valid = False
+                    break
+        valid_steps[step.index] = valid
 
     def _resolve(self, run: Run, step: Step, ok: bool, outcome: str) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
@@ -462,7 +471,8 @@ class Simulation:
             run.cost += call.cost
             run.tokens += call.billed_input + call.billed_output
             self.calls.append(call)
-            self._label(handle, call, attempt, limits.by)
+            if call.ended_by or call.outcome == OUTCOME_TIMEOUT:  # else `_label` does nothing
+                self._label(handle, call, attempt, limits.by)
             if provider.sdk_retries:
                 call = yield from self._sdk_retries(handle, provider, attempt, plan, call, limits)
         finally:
