@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -196,6 +197,17 @@ class Simulation:
         self.actions: list[Action] = []
         #: How the deadline reaches this policy's work (propagation, reserve, admission).
         self.rules = rules if rules is not None else rules_for(scenario, policy.name)
+        #: Keep each attempt's `Flight` (only a policy reading streaming progress needs them).
+        self.keeps_flights = policy.watches_flights
+        #: Per step index: nothing in the step itself or the rules to check per attempt (the
+        #: rest of `_StepRun.plain` depends on the run).
+        self.plain_steps = [
+            s.budget_s == math.inf
+            and s.attempt_budget_s is None
+            and s.queue_budget_s is None
+            and self.rules.expected is None
+            for s in self.workflow.steps
+        ]
         self.tools = ToolDesk(self)
         disconnect = scenario.customers.disconnect
         self._disconnect_p = disconnect.probability if disconnect is not None else 0.0
@@ -353,23 +365,26 @@ class Simulation:
     def _step(self, run: Run, step: Step | None) -> Generator[simpy.Event, Any, None]:
         """Run a step, then go on with the first step it unlocks (others get processes of their
         own): a chain costs one process, a DAG one per branch."""
-        env = self.env
+        env, execute, controls = self.env, self.policy.execute, self.controls
         while step is not None:
             handle = _StepRun(self, run, step)
             run.running = step.id
             began = env.now
             if step.tool is None:
-                ok = yield from self.policy.execute(handle)
+                ok = yield from execute(handle)
             else:
                 ok = yield from self.tools.execute(handle)
             if ok and not run.closed:
                 self._answered(run, step, handle.answer)
-            if self.controls is not None:
-                self.controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
+            if controls is not None:
+                controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
             ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
-            step = ready[0] if ready else None
-            for other in ready[1:]:
-                self.env.process(self._step(run, other))
+            if not ready:
+                return
+            step = ready[0]
+            if len(ready) > 1:
+                for other in ready[1:]:
+                    env.process(self._step(run, other))
 
     def _answered(self, run: Run, step: Step, answer: Call | None) -> None:
         """Record the answer a step delivered: its model's quality, and whether it is valid
@@ -378,8 +393,14 @@ class Simulation:
             return
         run.answered += 1
         run.quality_sum += self.model_quality[answer.model]
-        valid = answer.valid and all(run.valid_steps[d] for d in step.depends_on)
-        run.valid_steps[step.index] = valid
+        valid_steps = run.valid_steps
+        valid = answer.valid
+        if valid:  # and everything it was built on (as `all`, without a generator per step)
+            for d in step.depends_on:
+                if not valid_steps[d]:
+                    valid = False
+                    break
+        valid_steps[step.index] = valid
 
     def _resolve(self, run: Run, step: Step, ok: bool, outcome: str) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
@@ -450,7 +471,8 @@ class Simulation:
             run.cost += call.cost
             run.tokens += call.billed_input + call.billed_output
             self.calls.append(call)
-            self._label(handle, call, attempt, limits.by)
+            if call.ended_by or call.outcome == OUTCOME_TIMEOUT:  # else `_label` does nothing
+                self._label(handle, call, attempt, limits.by)
             if provider.sdk_retries:
                 call = yield from self._sdk_retries(handle, provider, attempt, plan, call, limits)
         finally:
@@ -538,17 +560,12 @@ class Simulation:
         prefill), generation (times the request's difficulty, scaled to this call's drawn
         answer length), stall, drawn outcome; and whether the answer will be truncated."""
         run, step = handle.run, handle.step
-        latency = self.latencies[(plan.provider, plan.model)]
         path = (plan.provider, plan.model)
-        draws = (
-            self.bank.draws(step.id, attempt, run.resend, path, latency, step.output_tokens)
-            if sdk == 0
-            else self.bank.draws(
-                step.id, attempt, run.resend, path, latency, step.output_tokens, sdk
-            )
-        )
+        latency = self.latencies[path]
+        tokens = step.output_tokens
+        draws = self.bank.draws(step.id, attempt, run.resend, path, latency, tokens, sdk)
         i = run.index
-        ttft, generation, tokens = draws.ttft[i], draws.generation[i], step.output_tokens
+        ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
         if latency.ttft_s_per_ktok > 0:  # prefill grows with the prompt
@@ -577,8 +594,10 @@ class Simulation:
             call.sdk_retry = sdk
         if provider.spell_error_rate > 0:
             call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, run.resend, sdk)
-        handle.flights[attempt] = Flight(call, ttft, generation, draws.stall[i])
-        return call, (ttft, generation, draws.stall[i], draws.outcome[i]), truncated
+        stall = draws.stall[i]
+        if self.keeps_flights:
+            handle.flights[attempt] = Flight(call, ttft, generation, stall)
+        return call, (ttft, generation, stall, draws.outcome[i]), truncated
 
     def _check_answer(
         self, handle: _StepRun, call: Call, truncated: bool
@@ -698,6 +717,8 @@ class _Limits:
 
 #: The limits of an attempt on the fast path (no budget, reserve or admission).
 _NO_LIMITS = _Limits()
+#: The (read-only, always empty) flights of a step whose policy does not read them.
+_NO_FLIGHTS: MappingProxyType[int, Flight] = MappingProxyType({})
 
 
 class _StepRun:
@@ -713,22 +734,22 @@ class _StepRun:
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
         self.answer: Call | None = None  # the answer the step delivers (last ok by default)
-        self.flights: dict[int, Flight] = {}  # every attempt's call and its drawn times
+        #: Every attempt's call and its drawn times (kept only for a policy that reads them).
+        self.flights: dict[int, Flight] | MappingProxyType[int, Flight] = (
+            {} if sim.keeps_flights else _NO_FLIGHTS
+        )
         rules = sim.rules
         #: When this step's budget runs out (inf: no step budget).
-        self.step_end = self.env.now + step.budget_s
+        self.step_end = sim.env.now + step.budget_s
         #: The end of the request's time as this step's work knows it: the deadline less the
         #: reserve with propagation; without, the work does not know the deadline (inf).
         self.known_end = run.deadline_at - rules.reserve_s if rules.propagate else math.inf
         #: Where attempts are cut for the request's time (inf: the deadline cancels them).
         self.work_end = self.known_end if rules.caps_attempts else math.inf
-        #: Nothing to check per attempt: the fast path.
+        #: Nothing to check per attempt: the fast path (the step's and the rules' part of
+        #: this is fixed per simulation, in `Simulation.plain_steps`).
         self.plain = (
-            self.step_end == math.inf
-            and self.work_end == math.inf
-            and step.attempt_budget_s is None
-            and step.queue_budget_s is None
-            and rules.expected is None
+            sim.plain_steps[step.index] and self.step_end == math.inf and self.work_end == math.inf
         )
 
     @property

@@ -118,6 +118,9 @@ class Policy:
     name: str
     #: Load-aware controls of this policy (sim.controls), None when off.
     controls: ControlsSpec | None = None
+    #: Reads its attempts' streaming progress (`StepRun.first_token`, `projected_left`): the
+    #: engine keeps each attempt's drawn times for it only when this is True.
+    watches_flights: bool = False
 
     def execute(self, run: StepRun) -> StepGenerator:
         """Drive one step to success (True) or failure (False)."""
@@ -317,6 +320,8 @@ class Adaptive(Policy):
       the same model again on the next provider.
     """
 
+    watches_flights = True
+
     def __init__(self, name: str, plans: dict[str, AdaptivePlan]) -> None:
         self.name = name
         self.plans = plans
@@ -491,6 +496,7 @@ class PerStep(Policy):
     def __init__(self, name: str, by_step: dict[str, Policy]) -> None:
         self.name = name
         self.by_step = by_step
+        self.watches_flights = any(p.watches_flights for p in by_step.values())
 
     def execute(self, run: StepRun) -> StepGenerator:
         return self.by_step[run.step.id].execute(run)

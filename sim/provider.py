@@ -221,7 +221,7 @@ class Provider:
             if service_limit is not None and service_limit < left:
                 left = service_limit
                 call.ended_by = "attempt"  # kept only if this limit cuts the call
-            if left <= _SAME_INSTANT * max(1.0, call.queue):
+            if left < math.inf and left <= _SAME_INSTANT * max(1.0, call.queue):
                 # granted its slot at its give-up instant (up to rounding): cut, never served
                 return self._end(call, OUTCOME_TIMEOUT)
             if served_at >= start_by:  # picked up too late to finish: refuses to start
