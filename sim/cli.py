@@ -659,12 +659,20 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
         ("resends", "right"),
         ("quality", "right"),
     ]
+    # where answers can be wrong (a validator, a quality floor), an on-time run is not yet a
+    # good one: show the valid hit rate beside the hit rate, so junk delivered fast never flatters
+    valid = "valid_hit_rate" in summary and bool(
+        (summary["valid_hit_rate"] - summary["hit_rate"]).abs().max() > 0
+    )
+    if valid:
+        headers.insert(2, ("valid hits", "right"))
     for header, justify in headers:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for row in summary.to_dict("records"):
         table.add_row(
             str(row["policy"]),
             f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]",
+            *([f"{row['valid_hit_rate']:.1%}"] if valid else []),
             f"{row['customer_success_rate']:.1%}",
             _num(row["p50_s"], 1),
             _num(row["p95_s"], 1),

@@ -623,3 +623,19 @@ def test_plot_refuses_a_folder_without_results(tmp_path: Path) -> None:
     assert_exit(result, 2)
     assert "not a tailsim results folder" in result.stderr
     assert "summary.csv" in result.stderr
+
+
+@pytest.mark.usefixtures("workdir")
+def test_valid_hits_are_printed_where_answers_can_be_wrong(
+    tmp_path: Path, repo_root: Path, contract_path: Path
+) -> None:
+    """Under a quality floor a delivered run is not yet a good one: the table shows valid hits
+    beside the hit rate; where they cannot differ it does not clutter the table."""
+    floor = cli(
+        "run", repo_root / "scenarios" / "quality-floor.yaml", "-n", "200", "--out", tmp_path / "q"
+    )
+    assert_exit(floor, 0)
+    assert "valid hits" in floor.stdout
+    plain = cli("run", contract_path, "-n", "60", "-p", "wait", "--out", tmp_path / "d")
+    assert_exit(plain, 0)
+    assert "valid hits" not in plain.stdout
