@@ -17,6 +17,18 @@ BYTES_PER_RUN = 600
 #: Share of the available memory a run may plan to use.
 USABLE_SHARE = 0.8
 
+#: What a run keeps (`tailsim run --records`): every table, the requests table, summaries only.
+ALL, REQUESTS, NONE = "all", "requests", "none"
+RECORDS = (ALL, REQUESTS, NONE)
+#: Without a choice, a run whose full records would need more than this keeps summaries only.
+AUTO_ALL_BYTES = 2 * 2**30
+#: Bytes per run kept in summary-only mode (latency and first signal floats, request bits).
+BYTES_PER_TALLIED_RUN = 20
+#: Bytes per row of a kept requests table (measured ~190 on the default scenario), rounded up.
+BYTES_PER_REQUEST_ROW = 260
+#: Working memory of the vectorized engine's chunks and the pilot, whatever the size.
+CHUNK_BYTES = 400 * 2**20
+
 
 def estimated_calls_per_run(scenario: Scenario, policy: str) -> float:
     """Calls one run makes under `policy`, on the generous side: every step once, a race's
@@ -26,12 +38,19 @@ def estimated_calls_per_run(scenario: Scenario, policy: str) -> float:
     return len(scenario.workflow.steps) * per_step * 1.1
 
 
-def estimated_bytes(scenario: Scenario, requests: int, policies: Sequence[str]) -> int:
+def estimated_bytes(
+    scenario: Scenario, requests: int, policies: Sequence[str], records: str = ALL
+) -> int:
     """Peak bytes the records of `requests` requests need (one policy is held at a time, and
-    every policy's tables are kept to the end)."""
+    every policy's tables are kept to the end). With `records` none or requests this assumes
+    the vectorized engine's chunks; a policy that falls back to the event engine is checked
+    again on its own before it runs (`check_fits(..., records=ALL)` for that policy)."""
     retry = scenario.customers.retry
     runs_per_request = 1.0 + retry.probability * retry.max
     runs = requests * runs_per_request
+    if records != ALL:
+        per_run = BYTES_PER_TALLIED_RUN + (BYTES_PER_REQUEST_ROW if records == REQUESTS else 0)
+        return int(CHUNK_BYTES + runs * per_run * len(policies))
     per_policy = [runs * (BYTES_PER_RUN + BYTES_PER_CALL * estimated_calls_per_run(scenario, p))
                   for p in policies]  # fmt: skip
     kept = sum(per_policy) * 0.15  # finished policies' tables (~110 bytes per call)
@@ -53,24 +72,42 @@ def available_bytes() -> int | None:
         return None
 
 
+def default_records(scenario: Scenario, requests: int, policies: Sequence[str]) -> str:
+    """all when every table fits comfortably (under AUTO_ALL_BYTES and the memory available),
+    else none: a big run keeps its summaries rather than failing."""
+    need = estimated_bytes(scenario, requests, policies, ALL)
+    available = available_bytes()
+    roomy = available is None or need <= available * USABLE_SHARE
+    return ALL if need <= AUTO_ALL_BYTES and roomy else NONE
+
+
 def check_fits(
-    scenario: Scenario, requests: int, policies: Sequence[str], available: int | None = None
+    scenario: Scenario,
+    requests: int,
+    policies: Sequence[str],
+    available: int | None = None,
+    *,
+    records: str = ALL,
+    why: str = "",
 ) -> None:
-    """Raise a ScenarioError naming the estimate if the records would not fit in memory."""
+    """Raise a ScenarioError naming the estimate if the records would not fit in memory
+    (`why`: said first, e.g. why a policy needs the event engine's records)."""
     available = available_bytes() if available is None else available
-    need = estimated_bytes(scenario, requests, policies)
+    need = estimated_bytes(scenario, requests, policies, records)
     if available is None or need <= available * USABLE_SHARE:
         return
     gib = 2**30
     most = int(requests * available * USABLE_SHARE / need)
+    advice = ", or --records none (summaries only)" if records == ALL and not why else ""
     raise ScenarioError(
         scenario.name,
         [
             (
                 "requests",
-                f"{requests} requests x {len(policies)} policies need about {need / gib:.1f} GiB "
-                f"for their records, more than the {available / gib:.1f} GiB available; run "
-                f"at most about {most} requests, or fewer policies at a time (--policy)",
+                f"{why}{requests} requests x {len(policies)} policies need about "
+                f"{need / gib:.1f} GiB for their records, more than the {available / gib:.1f} "
+                f"GiB available; run at most about {most} requests, or fewer policies at a "
+                f"time (--policy){advice}",
             )
         ],
     )

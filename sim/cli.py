@@ -30,6 +30,7 @@ from rich.progress import (
 from rich.table import Table
 
 import sim
+from sim.capacity import ALL, RECORDS, default_records, estimated_bytes
 from sim.config import Scenario
 from sim.errors import ScenarioError
 from sim.executors import EXECUTORS
@@ -141,6 +142,13 @@ def _load(scenario: Path | None) -> tuple[str, Scenario]:
     type=click.Choice(["auto", "des", "vectorized"]),
     help="Override `engine`: auto (vectorized where it gives the same numbers), des, vectorized.",
 )
+@click.option(
+    "--records",
+    type=click.Choice(RECORDS),
+    help="Tables to keep: all; requests (no calls.parquet); none (summary.csv, breakdown.csv "
+    "and the figure, in memory that does not grow with calls). Default: all, or none when all "
+    "would need more than 2 GiB.",
+)
 def run(
     scenario: Path | None,
     out_dir: Path | None,
@@ -151,6 +159,7 @@ def run(
     no_plot: bool,
     force: bool,
     engine: str | None,
+    records: str | None,
 ) -> None:
     """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them."""
     policies = _policy_names(policies)
@@ -160,6 +169,10 @@ def run(
         check_writable(folder, overwrite=force or out_dir is None)  # before any work
         n = requests or spec.requests
         names = chosen_policies(spec, policies, "--policy")  # unknown names stop here
+        if records is None:
+            records = default_records(spec, n, names)
+            if records != ALL:  # said even with --quiet: files the user may expect are absent
+                err.print(_summaries_only_notice(spec, n, names), markup=False, soft_wrap=True)
         with _progress(names, n, quiet) as tick, _interrupt_between_events() as stop:
             result = sim.run(
                 spec,
@@ -169,6 +182,7 @@ def run(
                 progress=tick,
                 stop=stop,
                 engine=engine,
+                records=records,
             )
         folder = write_results(
             result,
@@ -627,6 +641,17 @@ def _progress(names: list[str], n: int, quiet: bool) -> Iterator[Callable[[str, 
     with Progress(*columns, console=err, transient=True) as bar:
         tasks = {name: bar.add_task(name, total=n) for name in names}
         yield lambda name, k: bar.advance(tasks[name], k)
+
+
+def _summaries_only_notice(spec: Scenario, n: int, names: list[str]) -> str:
+    """Why a run keeps summaries only, and how to keep more."""
+    need = estimated_bytes(spec, n, names, ALL) / 2**30
+    return (
+        f"note: {n} requests x {len(names)} policies would need about {need:.1f} GiB for every "
+        "call's record, so this run keeps summaries only (--records none): summary.csv, "
+        "breakdown.csv and the figure, no requests/calls/timeseries tables. Pass --records "
+        "requests (or all) to keep them."
+    )
 
 
 def engines_line(engines: dict[str, str], notes: dict[str, str]) -> str:

@@ -8,17 +8,22 @@ on the computed calls, else None with the reason (the event engine then runs it)
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import numpy as np
 
 from sim.config import Scenario
 from sim.errors import ScenarioError
 from sim.latency import CallLatency
 from sim.policies import Hedge, PerStep, Policy, Race, Sequential
-from sim.qualify import limit_that_binds, qualifies
-from sim.streams import CallDrawBank
+from sim.qualify import LimitWatch, limit_that_binds, qualifies
+from sim.streams import CallDrawBank, Streams
 from sim.vectorized import UnsupportedError, VectorTables, simulate, tables
 
 ENGINES = ("auto", "des", "vectorized")
+#: Requests per chunk when the vectorized engine runs in constant memory (~250 MB at peak).
+CHUNK_REQUESTS = 10_000
 #: Names of the engines as reported (RunResult.engines, run.json, the printed line).
 DES, VECTORIZED = "des", "vectorized"
 
@@ -56,6 +61,73 @@ def vectorized_tables(
             [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
         )
     return None, reason
+
+
+def vectorized_in_chunks(
+    scenario: Scenario,
+    policy: Policy,
+    call_streams: Streams,
+    arrivals: np.ndarray,
+    engine: str,
+    feed: Callable[[VectorTables, float], None],
+    latencies: dict[tuple[str, str], CallLatency] | None = None,
+    chunk: int | None = None,
+) -> str:
+    """Run `policy` vectorized `chunk` requests at a time, handing each chunk's tables (request
+    ids counted over all requests) to `feed(tables, horizon)`, where no later chunk has a call
+    starting before `horizon`. Returns "" if it ran to the end, else why not: then the caller
+    must drop what it was fed and use the event engine. `arrivals` are as the clock saw them
+    (`clock_arrivals`); each chunk draws its own rows of the same streams (`CallDrawBank`'s
+    `first`), so the numbers are those of one run over all requests."""
+    if engine not in ENGINES:
+        raise ScenarioError(scenario.name, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
+    if engine == DES:
+        return "engine: des"
+    policy = single_policy(policy)
+    usable, reason = qualifies(scenario, policy)
+    if usable:
+        size = chunk or CHUNK_REQUESTS
+        reason = _chunks(scenario, policy, call_streams, arrivals, feed, latencies, size) or ""
+        if not reason:
+            return ""
+    if engine == VECTORIZED:
+        raise ScenarioError(
+            scenario.name,
+            [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
+        )
+    return reason
+
+
+def _chunks(
+    scenario: Scenario,
+    policy: Policy,
+    call_streams: Streams,
+    arrivals: np.ndarray,
+    feed: Callable[[VectorTables, float], None],
+    latencies: dict[tuple[str, str], CallLatency] | None,
+    chunk: int,
+) -> str | None:
+    """`vectorized_in_chunks`' loop: None if every chunk ran and no limit binds, else why."""
+    watch, n = LimitWatch(scenario), len(arrivals)
+    for first in range(0, n, chunk):
+        last = min(n, first + chunk)
+        bank = CallDrawBank(call_streams, last - first, first)
+        try:
+            runs, calls = simulate(
+                scenario, policy, bank, arrivals[first:last], latencies=latencies, clocked=True
+            )
+        except UnsupportedError as exc:
+            return str(exc)
+        horizon = float(arrivals[last]) if last < n else math.inf
+        binds = watch.add(calls.provider, calls.start, calls.end, calls.quota_tokens, horizon)
+        if binds:
+            return binds
+        part = tables(scenario, policy.name, runs, calls)
+        if first:
+            part.requests["request_id"] += first
+            part.calls["request_id"] += first
+        feed(part, horizon)
+    return watch.finish()
 
 
 def single_policy(policy: Policy) -> Policy:

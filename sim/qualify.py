@@ -248,3 +248,93 @@ def _bucket_runs_short(times: np.ndarray, amounts: np.ndarray, per_minute: float
     slack = capacity + np.minimum.accumulate(before) - after
     margin = 1e-9 * (float(total[-1]) + rate * float(times[-1]) + capacity) + 1e-6
     return bool((slack < margin).any())
+
+
+class LimitWatch:
+    """`limit_that_binds` for calls given a chunk of requests at a time (the vectorized engine
+    in constant memory): it keeps only the calls a later chunk could still meet, and gives the
+    same answer as one check over all the calls.
+
+    `add` returns a limit as soon as one surely binds; `finish` gives the final answer."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.specs = list(scenario.providers.items())
+        self._slots = [(np.empty(0), np.empty(0)) for _ in self.specs]
+        self._tpm = [_Bucket(spec.tpm) if spec.tpm else None for _, spec in self.specs]
+        self._rpm = [_Bucket(spec.rpm) if spec.rpm else None for _, spec in self.specs]
+
+    def add(
+        self,
+        provider: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        tokens: np.ndarray,
+        horizon: float,
+    ) -> str | None:
+        """Take a chunk's calls (`provider` codes in the scenario's order); no later chunk has a
+        call starting before `horizon`."""
+        for code, (name, spec) in enumerate(self.specs):
+            mine = provider == code
+            carried_start, carried_end = self._slots[code]
+            starts = np.concatenate((carried_start, start[mine]))
+            ends = np.concatenate((carried_end, end[mine]))
+            if len(starts) > spec.concurrency and _peak_in_service(starts, ends) > spec.concurrency:
+                return f"providers.{name}.concurrency ({spec.concurrency} slots) would be reached"
+            still = ends >= horizon  # a later call starting at one's end overlaps it
+            self._slots[code] = (starts[still], ends[still])
+            at = start[mine]
+            tpm, rpm = self._tpm[code], self._rpm[code]
+            if tpm is not None and tpm.add(at, tokens[mine].astype(float), horizon):
+                return f"providers.{name}.tpm ({spec.tpm} tokens per minute) would refuse a call"
+            if rpm is not None and rpm.add(at, np.ones(len(at)), horizon):
+                return f"providers.{name}.rpm ({spec.rpm} requests per minute) would refuse a call"
+        return None
+
+    def finish(self) -> str | None:
+        """The limit that binds over every call given, or None."""
+        for (name, spec), tpm, rpm in zip(self.specs, self._tpm, self._rpm, strict=True):
+            if tpm is not None and tpm.finish():
+                return f"providers.{name}.tpm ({spec.tpm} tokens per minute) would refuse a call"
+            if rpm is not None and rpm.finish():
+                return f"providers.{name}.rpm ({spec.rpm} requests per minute) would refuse a call"
+        return None
+
+
+class _Bucket:
+    """`_bucket_runs_short` over takes given in chunks: takes before the horizon are final and
+    folded into running sums (the same sums, so the same slack); later ones wait."""
+
+    def __init__(self, per_minute: float) -> None:
+        self.capacity, self.rate = float(per_minute), float(per_minute) / 60.0
+        self.total, self.last_time = 0.0, 0.0
+        self.min_before, self.min_slack = np.inf, np.inf
+        self._times, self._amounts = np.empty(0), np.empty(0)
+
+    def add(self, times: np.ndarray, amounts: np.ndarray, horizon: float) -> bool:
+        """Take a chunk; True if the bucket surely runs short (the margin only grows)."""
+        t = np.concatenate((self._times, times))
+        a = np.concatenate((self._amounts, amounts))
+        order = np.argsort(t, kind="stable")
+        t, a = t[order], a[order]
+        ready = int(np.searchsorted(t, horizon, side="left"))
+        self._fold(t[:ready], a[:ready])
+        self._times, self._amounts = t[ready:], a[ready:]
+        return bool(self.min_slack < self._margin())
+
+    def finish(self) -> bool:
+        """True if the bucket runs short over every take given."""
+        return self.add(np.empty(0), np.empty(0), np.inf)
+
+    def _fold(self, t: np.ndarray, a: np.ndarray) -> None:
+        if not len(t):
+            return
+        total = self.total + np.cumsum(a)
+        after = total - self.rate * t
+        before = total - a - self.rate * t
+        running = np.minimum(self.min_before, np.minimum.accumulate(before))
+        slack = self.capacity + running - after
+        self.min_slack = min(self.min_slack, float(slack.min()))
+        self.min_before, self.total, self.last_time = float(running[-1]), float(total[-1]), t[-1]
+
+    def _margin(self) -> float:
+        return 1e-9 * (self.total + self.rate * float(self.last_time) + self.capacity) + 1e-6

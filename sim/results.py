@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from sim.errors import ScenarioError
-from sim.runner import RunResult
+from sim.runner import ECDF_FIGURE_POINTS, RunResult
 
 FIGURE = "figures/policies.png"
 STORM_FIGURE = "figures/storm.png"
@@ -150,12 +150,15 @@ def _write_run_files(
     with staged(folder, overwrite) as staging:
         result.summary.to_csv(staging / "summary.csv", index=False)
         result.breakdown.to_csv(staging / "breakdown.csv", index=False)
-        result.requests.to_parquet(staging / "requests.parquet", index=False)
-        result.calls.to_parquet(staging / "calls.parquet", index=False)
-        if not result.actions.empty:  # tool steps only
-            result.actions.to_parquet(staging / "actions.parquet", index=False)
-        series = result.timeseries
-        series.to_parquet(staging / "timeseries.parquet", index=False)
+        if result.records != "none":
+            result.requests.to_parquet(staging / "requests.parquet", index=False)
+        series = None
+        if result.records == "all":  # the calls, and what is counted from them over time
+            result.calls.to_parquet(staging / "calls.parquet", index=False)
+            if not result.actions.empty:  # tool steps only
+                result.actions.to_parquet(staging / "actions.parquet", index=False)
+            series = result.timeseries
+            series.to_parquet(staging / "timeseries.parquet", index=False)
         (staging / "scenario.resolved.yaml").write_text(resolved_yaml(result), encoding="utf-8")
         _write_json(staging / "run.json", run_metadata(result, source, version))
         if figures:
@@ -163,13 +166,13 @@ def _write_run_files(
 
             write_policy_comparison(
                 result.summary,
-                result.requests,
+                result.latency_table(ECDF_FIGURE_POINTS),
                 result.scenario.deadline_s,
                 staging / FIGURE,
                 title=f"{result.scenario.name}: {result.requests_count} requests, "
                 f"seed {result.seed}",
             )
-            if int(series["resent"].sum() + series["rate_limited"].sum()):  # a storm to show
+            if series is not None and int(series["resent"].sum() + series["rate_limited"].sum()):
                 from sim.storm_plots import save, storm_figure  # noqa: PLC0415 - on demand
 
                 save(storm_figure(series, f"{result.scenario.name}: storm"), staging / STORM_FIGURE)
@@ -264,7 +267,17 @@ def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": {k: round(v, 3) for k, v in result.wall_s.items()},
         "engines": dict(result.engines),
+        "records": result.records,
     }
+
+
+def _records_of(folder: Path) -> str:
+    """The `records` a results folder was written with (all for folders from before it)."""
+    try:
+        meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "all"
+    return str(meta.get("records", "all"))
 
 
 @dataclass
@@ -281,6 +294,12 @@ def read_result_tables(folder: Path) -> ResultTables:
     """Read summary.csv, requests.parquet and the deadline from a `tailsim run` folder."""
     needed = ("summary.csv", "requests.parquet", "scenario.resolved.yaml")
     missing = [name for name in needed if not (folder / name).is_file()]
+    if missing == ["requests.parquet"] and _records_of(folder) == "none":
+        raise ScenarioError(
+            str(folder),
+            [("", "was run with --records none: it keeps summary.csv and breakdown.csv, not the "
+                  "requests table this needs; run again with --records requests or all")],
+        )  # fmt: skip
     if missing:
         raise ScenarioError(
             str(folder), [("", f"not a tailsim results folder (missing {', '.join(missing)})")]

@@ -13,26 +13,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from sim.actions import actions_frame, no_actions
 from sim.arrivals import arrival_times, bursts
 from sim.breakdown import breakdown, provider_limits
-from sim.capacity import check_fits
+from sim.capacity import ALL, RECORDS, REQUESTS, check_fits, default_records
 from sim.config import Scenario
 from sim.deadlines import admission_needs_pilot, resolve_expected, rules_for
-from sim.engine import Simulation, serving_latencies
-from sim.engine_choice import DES, VECTORIZED, vectorized_tables
+from sim.engine import Records, Simulation, serving_latencies
+from sim.engine_choice import DES, VECTORIZED, vectorized_in_chunks, vectorized_tables
 from sim.errors import ScenarioError
-from sim.metrics import calls_frame, requests_frame, summarize
+from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS, calls_frame, requests_frame, summarize
 from sim.pilot import needs_pilot, resolve_specs, step_latencies, thresholds_of
-from sim.policies import build_resolved
+from sim.policies import Policy, build_resolved
 from sim.streams import CallDrawBank, Streams
+from sim.tally import PolicyTally
+from sim.tally import breakdown_table as tally_breakdown
+from sim.tally import summary_table as tally_summary
 from sim.timeseries import timeseries
+from sim.vectorized import VectorTables, clock_arrivals
 from sim.workflow import Workflow
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+
+#: Ranks per policy a summaries-only run draws its latency ECDF with (finer than the pixels).
+ECDF_FIGURE_POINTS = 20_000
 
 
 @dataclass
@@ -52,11 +61,34 @@ class RunResult:
     engine_notes: dict[str, str] = field(default_factory=dict)
     #: Tool steps' action records (actions.parquet), empty without tool steps.
     actions: pd.DataFrame = field(default_factory=no_actions)
+    #: Which tables were kept: all, requests (no calls), none (summaries only; see `run`).
+    records: str = ALL
+    #: Without the requests table: per policy, every counted run's latency_s (for figures).
+    latency: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Without the calls table: the breakdown, aggregated while the run went.
+    breakdown_table: pd.DataFrame | None = None
 
     @property
     def breakdown(self) -> pd.DataFrame:
         """Why each policy did as it did: failures by reason and step, load per provider."""
+        if self.breakdown_table is not None:
+            return self.breakdown_table
         return breakdown(self.requests, self.calls, provider_limits(self.scenario.providers))
+
+    def latency_table(self, points: int | None = None) -> pd.DataFrame:
+        """policy and latency_s of the counted runs, for figures: the requests table's, or, for a
+        run that kept none, each policy's sorted latencies at `points` evenly spaced ranks (all
+        of them if None): the same ECDF, in a table that does not grow with the run."""
+        if self.records != "none":
+            return self.requests[["policy", "latency_s"]]
+        parts = []
+        for policy, values in self.latency.items():
+            ranked = np.sort(values)
+            if points is not None and len(ranked) > points:
+                ranked = ranked[np.unique(np.linspace(0, len(ranked) - 1, points).astype(int))]
+            parts.append(pd.DataFrame({"policy": policy, "latency_s": ranked}))
+        frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        return frame.astype({"policy": "string"}) if parts else frame
 
     def save(self, folder: str | Path, figures: bool = True) -> Path:
         """Write the run's result files to `folder` (as `tailsim run --out` does)."""
@@ -70,12 +102,18 @@ class RunResult:
         from sim.plots import policy_comparison  # noqa: PLC0415 - slow import, on demand
 
         return policy_comparison(
-            self.summary, self.requests, self.scenario.deadline_s, self.scenario.name
+            self.summary,
+            self.latency_table(ECDF_FIGURE_POINTS),
+            self.scenario.deadline_s,
+            self.scenario.name,
         )
 
     @property
     def timeseries(self) -> pd.DataFrame:
-        """Counts per `timeseries_bin_s` bin and policy (timeseries.parquet): the storm view."""
+        """Counts per `timeseries_bin_s` bin and policy (timeseries.parquet): the storm view.
+        Needs the calls table (ValueError without: run with records "all")."""
+        if self.records != ALL:
+            raise ValueError(f"a run with records {self.records!r} kept no calls for timeseries")
         return timeseries(
             self.requests,
             self.calls,
@@ -110,19 +148,28 @@ def run(
     progress: Callable[[str, int], None] | None = None,
     stop: Callable[[], bool] | None = None,
     engine: str | None = None,
+    records: str | None = None,
 ) -> RunResult:
     """Simulate the chosen policies (all by default) and return their tables.
 
     `progress(policy, n)` is told each time `n` more requests of `policy` have arrived; `stop()`
     is asked now and then, and a yes ends the run with KeyboardInterrupt at a safe point.
-    `engine` overrides the scenario's `engine:` (auto | des | vectorized).
+    `engine` overrides the scenario's `engine:` (auto | des | vectorized). `records` says which
+    tables to keep: all; requests (no calls table); none (summary, breakdown and latencies
+    only, aggregated as the run goes, the vectorized engine a chunk of requests at a time, so
+    memory does not grow with calls). Default: all, or none when all would not fit
+    (`sim.capacity.default_records`).
     """
     n = scenario.requests if requests is None else requests
     if n < 1:
         raise ScenarioError(scenario.name, [("requests", f"must be >= 1, got {n}")])
     seed = scenario.seed if seed is None else seed
     names = chosen_policies(scenario, policies)
-    check_fits(scenario, n, names)
+    if records is None:
+        records = default_records(scenario, n, names)
+    if records not in RECORDS:
+        raise ScenarioError(scenario.name, [("records", f"got {records!r}, allowed: {RECORDS}")])
+    check_fits(scenario, n, names, records=records)
 
     started = time.perf_counter()
     measured = None  # one pilot run for the thresholds and admission's expected times
@@ -138,15 +185,17 @@ def run(
     bank = CallDrawBank(streams.child("calls"), n)
     latencies = serving_latencies(scenario)
     steps = Workflow.from_scenario(scenario).steps
+    chosen = engine or scenario.engine
+    context = _RunContext(scenario, names, specs, streams, bank, arrivals, latencies, expected)
+    if records != ALL:
+        return _run_tallied(context, records, chosen, thresholds, seed, n, wall, progress, stop)
     request_tables, call_tables, action_tables = [], [], []
     engines, notes = {}, {}
     breaker_open: dict[str, float] = {}
     for name in names:
         began = time.perf_counter()
         policy = build_resolved(name, specs[name], scenario, steps)
-        fast, notes[name] = vectorized_tables(
-            scenario, policy, bank, arrivals, engine or scenario.engine, latencies
-        )
+        fast, notes[name] = vectorized_tables(scenario, policy, bank, arrivals, chosen, latencies)
         engines[name] = DES if fast is None else VECTORIZED
         if fast is not None:
             breaker_open[name] = 0.0  # no controls: the vectorized engine never has a breaker
@@ -157,14 +206,11 @@ def run(
             if stop is not None and stop():
                 raise KeyboardInterrupt
         else:
-            rules = rules_for(scenario, name, expected[name])
-            sim = Simulation(scenario, policy, bank, streams, latencies=latencies, rules=rules)
-            tick = (lambda k, _name=name: progress(_name, k)) if progress else None
-            records = sim.run(arrivals, tick, stop)
-            breaker_open[name] = records.breaker_open_s
-            request_tables.append(requests_frame(records))
-            call_tables.append(calls_frame(records))
-            action_tables.append(actions_frame(records))
+            records_ = context.simulate(name, policy, progress, stop)
+            breaker_open[name] = records_.breaker_open_s
+            request_tables.append(requests_frame(records_))
+            call_tables.append(calls_frame(records_))
+            action_tables.append(actions_frame(records_))
         wall[name] = time.perf_counter() - began
     requests_table = pd.concat(request_tables, ignore_index=True)
     calls_table = pd.concat(call_tables, ignore_index=True)
@@ -192,6 +238,139 @@ def run(
         engine_notes=notes,
         actions=actions_table,
     )
+
+
+@dataclass
+class _RunContext:
+    """What every policy of one run shares: the scenario, resolved specs, arrivals and draws."""
+
+    scenario: Scenario
+    names: list[str]
+    specs: dict
+    streams: Streams
+    bank: CallDrawBank
+    arrivals: np.ndarray
+    latencies: dict
+    expected: dict
+
+    def simulate(
+        self,
+        name: str,
+        policy: Policy,
+        progress: Callable[[str, int], None] | None,
+        stop: Callable[[], bool] | None,
+    ) -> Records:
+        """Policy `name` on the event engine, with its deadline rules."""
+        rules = rules_for(self.scenario, name, self.expected[name])
+        sim = Simulation(
+            self.scenario, policy, self.bank, self.streams, latencies=self.latencies, rules=rules
+        )
+        tick = (lambda k, _name=name: progress(_name, k)) if progress else None
+        return sim.run(self.arrivals, tick, stop)
+
+
+def _run_tallied(
+    context: _RunContext,
+    records: str,
+    engine: str,
+    thresholds: dict[str, dict[str, float]],
+    seed: int,
+    n: int,
+    wall: dict[str, float],
+    progress: Callable[[str, int], None] | None,
+    stop: Callable[[], bool] | None,
+) -> RunResult:
+    """`run` keeping only summaries (`records` none) or the requests table too (`requests`):
+    vectorized policies run a chunk of requests at a time, so memory does not grow with calls."""
+    scenario = context.scenario
+    clocked = clock_arrivals(np.asarray(context.arrivals, dtype=float))
+    steps = Workflow.from_scenario(scenario).steps
+    tallies, kept, engines, notes, breaker_open = [], [], {}, {}, {}
+    for name in context.names:
+        began = time.perf_counter()
+        policy = build_resolved(name, context.specs[name], scenario, steps)
+        collector = _Collector(context, name, clocked, records, progress, stop)
+        notes[name] = vectorized_in_chunks(
+            scenario, policy, context.streams.child("calls"), clocked, engine, collector.feed,
+            context.latencies,
+        )  # fmt: skip
+        engines[name] = DES if notes[name] else VECTORIZED
+        breaker_open[name] = 0.0
+        if notes[name]:  # the event engine, whole: start the tally again
+            why = f"policy '{name}' needs the event engine ({notes[name]}), whose "
+            check_fits(scenario, n, [name], records=ALL, why=why)
+            collector = _Collector(context, name, clocked, records, progress, stop)
+            breaker_open[name] = collector.simulate(policy)
+        tallies.append(collector.tally)
+        kept += collector.requests
+        wall[name] = time.perf_counter() - began
+    if any(not t.sums.get("runs") for t in tallies):
+        raise ScenarioError(
+            "warmup_s", [("", f"{scenario.warmup_s:g} s leaves no request to count: lower it")]
+        )
+    requests_table = (
+        pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=list(REQUEST_COLUMNS))
+    )
+    return RunResult(
+        scenario=scenario,
+        seed=seed,
+        requests_count=n,
+        thresholds={name: thresholds[name] for name in context.names},
+        summary=tally_summary(tallies, breaker_open),
+        requests=requests_table,
+        calls=pd.DataFrame(columns=list(CALL_COLUMNS)),
+        wall_s=wall,
+        engines=engines,
+        engine_notes=notes,
+        records=records,
+        latency={t.policy: t.latencies() for t in tallies},
+        breakdown_table=tally_breakdown(tallies),
+    )
+
+
+class _Collector:
+    """One policy's tally (and requests table, if kept) as its chunks of tables come in."""
+
+    def __init__(
+        self,
+        context: _RunContext,
+        name: str,
+        clocked: np.ndarray,
+        records: str,
+        progress: Callable[[str, int], None] | None,
+        stop: Callable[[], bool] | None,
+    ) -> None:
+        scenario = context.scenario
+        self.context, self.name, self.records = context, name, records
+        self.progress, self.stop = progress, stop
+        self.tally = PolicyTally(
+            name,
+            clocked,
+            limits=provider_limits(scenario.providers),
+            tpm=tpm_quotas(scenario),
+            warmup_s=scenario.warmup_s,
+            first_signal_s=scenario.first_signal_s,
+        )
+        self.requests: list[pd.DataFrame] = []
+
+    def feed(self, part: VectorTables, horizon: float) -> None:
+        """A vectorized chunk: tally it, keep its requests if asked, report progress."""
+        self.tally.add(part.requests, part.calls, None, horizon)
+        if self.records == REQUESTS:
+            self.requests.append(part.requests)
+        if self.progress:
+            self.progress(self.name, len(part.requests))
+        if self.stop is not None and self.stop():
+            raise KeyboardInterrupt
+
+    def simulate(self, policy: Policy) -> float:
+        """The whole policy on the event engine, tallied; returns its breaker's open seconds."""
+        done = self.context.simulate(self.name, policy, self.progress, self.stop)
+        requests = requests_frame(done)
+        self.tally.add(requests, calls_frame(done), actions_frame(done))
+        if self.records == REQUESTS:
+            self.requests.append(requests)
+        return done.breaker_open_s
 
 
 def _kept(actions: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:

@@ -52,11 +52,18 @@ class CallDrawBank:
     `draws(step, attempt, resend, path, latency, output_tokens)` gives the first-token,
     generation, stall and outcome draws of that call for every request index. Uniforms depend
     only on (step, attempt, resend); the serving path only changes how they are transformed.
+
+    `first` > 0 makes a bank of requests `first` .. `first + n_requests - 1` of the same streams
+    (row 0 is request `first`): each stream is advanced past the earlier requests' draws, so a
+    run done in chunks of requests draws exactly what one bank over all of them would.
     """
 
-    def __init__(self, streams: Streams, n_requests: int) -> None:
+    def __init__(self, streams: Streams, n_requests: int, first: int = 0) -> None:
+        if first < 0:
+            raise ValueError(f"first must be >= 0, got {first}")
         self.streams = streams
         self.n_requests = n_requests
+        self.first = first
         self._uniforms: dict[tuple[str, int, int, int], np.ndarray] = {}
         self._draws: dict[Hashable, CallDraws] = {}
         self._columns: dict[tuple[str | int, ...], list[float]] = {}
@@ -69,17 +76,25 @@ class CallDrawBank:
         block = self._uniforms.get(key)
         if block is None:
             extra = ("sdk", sdk) if sdk else ()
-            rng = self.streams.generator("call", step, attempt, resend, *extra)
+            rng = self._skipped(UNIFORMS_PER_CALL, "call", step, attempt, resend, *extra)
             block = rng.random((self.n_requests, UNIFORMS_PER_CALL))
             self._uniforms[key] = block
         return block
+
+    def _skipped(self, per_request: int, *key: str | int) -> np.random.Generator:
+        """The generator of stream `key`, past the `first` earlier requests' `per_request`
+        uniforms each (PCG64 draws one 64-bit word per double, so advancing is exact)."""
+        rng = self.streams.generator(*key)
+        if self.first:
+            rng.bit_generator.advance(self.first * per_request)
+        return rng
 
     def uniform(self, index: int, *key: str | int) -> float:
         """Request `index`'s uniform of the named per-request stream `key` (backoff jitter,
         bad-spell errors, ...): one column over all requests, the same for every policy."""
         column = self._columns.get(key)
         if column is None:
-            column = self.streams.generator("extra", *key).random(self.n_requests).tolist()
+            column = self._skipped(1, "extra", *key).random(self.n_requests).tolist()
             self._columns[key] = column
         return column[index]
 
@@ -107,10 +122,7 @@ class CallDrawBank:
         key = (step, attempt, resend)
         found = self._lengths.get(key)
         if found is None:
-            found = (
-                self.streams.generator("length", step, attempt, resend)
-                .random(self.n_requests)
-                .tolist()
-            )
+            rng = self._skipped(1, "length", step, attempt, resend)
+            found = rng.random(self.n_requests).tolist()
             self._lengths[key] = found
         return found

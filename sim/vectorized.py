@@ -174,13 +174,18 @@ class VectorizedSimulation:
 
     # ------------------------------------------------------------------ driving
 
-    def run(self, arrivals: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], CallArrays]:
+    def run(
+        self, arrivals: np.ndarray, clocked: bool = False
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], CallArrays]:
         """Simulate every request; return (arrival times as the clock saw them, the per-request
-        columns, the calls)."""
+        columns, the calls). `clocked`: the arrivals already are as the clock saw them (a chunk
+        of `clock_arrivals` over all requests)."""
         n = len(arrivals)
         if n != self.bank.n_requests:
             raise UnsupportedError("the draw bank is sized for another number of requests")
-        arrival = clock_arrivals(np.asarray(arrivals, dtype=float))
+        arrival = np.asarray(arrivals, dtype=float)
+        if not clocked:
+            arrival = clock_arrivals(arrival)
         deadline = arrival + self.deadline_s
         steps = self.workflow.steps
         count = len(steps)
@@ -737,10 +742,12 @@ def simulate(
     arrivals: np.ndarray,
     deadline_s: float | None = None,
     latencies: dict[tuple[str, str], CallLatency] | None = None,
+    clocked: bool = False,
 ) -> tuple[dict[str, np.ndarray], CallArrays]:
-    """One policy on all requests: (per-request columns, calls). Raises `UnsupportedError`."""
+    """One policy on all requests: (per-request columns, calls). Raises `UnsupportedError`.
+    `clocked`: see `VectorizedSimulation.run`."""
     engine = VectorizedSimulation(scenario, policy, bank, deadline_s, latencies)
-    _, runs, calls = engine.run(arrivals)
+    _, runs, calls = engine.run(arrivals, clocked)
     return runs, calls
 
 

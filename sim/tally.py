@@ -1,0 +1,403 @@
+"""Summaries without records: the summary and breakdown of a policy, aggregated chunk by chunk.
+
+A run too big to keep its requests and calls tables (`records: none`) feeds them here a chunk at
+a time and drops them. A `PolicyTally` keeps counts and sums, two floats per run (latency and
+first signal, so percentiles stay exact), two bits per request and the calls of the last minute
+(for peak token windows): memory grows with requests by ~18 bytes, not with calls.
+`summary_row` equals `sim.metrics.summarize`'s row on the whole tables and `breakdown_table` equals
+`sim.breakdown.breakdown` (floats up to summation order; tests hold them to it).
+
+A chunk must hold every run of its requests and every call of those runs, and the calls of later
+chunks must start at or after the `horizon` it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sim.analytic import wilson_interval
+from sim.breakdown import BREAKDOWN_COLUMNS, TOP_FAILURES, ProviderLimits
+from sim.deadlines import BUDGETS, BY_DEADLINE
+from sim.engine import FAIL_DEADLINE
+from sim.metrics import MINUTE_S, SUMMARY_METRICS
+from sim.provider import (
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_OK,
+    OUTCOME_RATE_LIMITED,
+    OUTCOME_TIMEOUT,
+    OUTCOME_TRUNCATED,
+)
+
+#: Call outcomes counted per policy (summary) and per provider (breakdown).
+_COUNTED_OUTCOMES = (
+    OUTCOME_TIMEOUT,
+    OUTCOME_CANCELLED,
+    OUTCOME_RATE_LIMITED,
+    OUTCOME_TRUNCATED,
+    OUTCOME_ERROR,
+)
+
+
+class PeakWindow:
+    """The largest sum of amounts over events in any window (t - window, t], events given in
+    chunks: a chunk's events may come in any order, but none before the previous `horizon`."""
+
+    def __init__(self, window: float = MINUTE_S) -> None:
+        self.window = window
+        self.best = 0.0
+        self.horizon = -math.inf
+        self._times = np.empty(0)
+        self._amounts = np.empty(0)
+
+    def add(self, times: np.ndarray, amounts: np.ndarray, horizon: float = math.inf) -> None:
+        """Take a chunk of events; no later chunk will hold an event before `horizon`."""
+        times, amounts = np.asarray(times, float), np.asarray(amounts, float)
+        if len(times) and float(times.min()) < self.horizon:
+            raise ValueError("an event came before the horizon promised by an earlier chunk")
+        t = np.concatenate((self._times, times))
+        a = np.concatenate((self._amounts, amounts))
+        order = np.argsort(t, kind="stable")
+        t, a = t[order], a[order]
+        if len(t):
+            cumulative = np.cumsum(a)
+            first = np.searchsorted(t, t - self.window, side="right")
+            before = np.where(first > 0, cumulative[np.maximum(first - 1, 0)], 0.0)
+            final = t < horizon  # windows ending here hold every event they ever will
+            if final.any():
+                self.best = max(self.best, float(np.max((cumulative - before)[final])))
+        keep = t > horizon - self.window  # the events later windows can still contain
+        self._times, self._amounts = t[keep], a[keep]
+        self.horizon = max(self.horizon, horizon)
+
+    def peak(self) -> float:
+        """The peak over every event given so far (closing the stream)."""
+        self.add(np.empty(0), np.empty(0), math.inf)
+        return self.best
+
+
+class _ProviderLoad:
+    """One provider's calls under one policy, as the breakdown reports them."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.outcomes = dict.fromkeys(_COUNTED_OUTCOMES, 0)
+        self.held_s = 0.0
+        self.tokens = PeakWindow()
+
+    def add(self, calls: pd.DataFrame, horizon: float) -> None:
+        self.calls += len(calls)
+        outcome = calls["outcome"]
+        for name in self.outcomes:
+            self.outcomes[name] += int((outcome == name).sum())
+        held = (calls["end_s"] - calls["start_s"] - calls["queue_s"].fillna(0.0)).clip(lower=0.0)
+        self.held_s += float(held.sum())
+        self.tokens.add(calls["start_s"].to_numpy(float), calls["quota_tokens"].to_numpy(float),
+                        horizon)  # fmt: skip
+
+
+class PolicyTally:
+    """Everything the summary row and breakdown of one policy need, fed chunk by chunk.
+
+    `first_arrival[i]` is request i's first send as the clock saw it (the warm-up rule counts a
+    request, re-sends included, when it is at or after `warmup_s`)."""
+
+    def __init__(
+        self,
+        policy: str,
+        first_arrival: np.ndarray,
+        *,
+        limits: Mapping[str, ProviderLimits],
+        tpm: Mapping[tuple[str, str | None], int] | None = None,
+        warmup_s: float = 0.0,
+        first_signal_s: float | None = None,
+    ) -> None:
+        self.policy = policy
+        self.counted_request = np.asarray(first_arrival) >= warmup_s if warmup_s > 0 else None
+        n = len(first_arrival)
+        self.seen = np.zeros(n, dtype=bool)
+        self.ok_any = np.zeros(n, dtype=bool)
+        self.tpm = dict(tpm or {})
+        self.first_signal_s = first_signal_s
+        self._latency: list[np.ndarray] = []
+        self._signal: list[np.ndarray] = []
+        self.sums: dict[str, float] = {}
+        self.first_arrival_s, self.last_end_s = math.inf, -math.inf
+        self.quota_windows = {quota: PeakWindow() for quota in self.tpm}
+        # the breakdown's view: every run and call, warm-up included
+        self.failures: dict[tuple[str, str], int] = {}
+        self.all_runs = 0
+        self.span_start, self.span_end = math.inf, -math.inf
+        self.providers = {name: _ProviderLoad() for name in limits}
+        self.limits = dict(limits)
+
+    # ------------------------------------------------------------------ feeding
+
+    def add(
+        self,
+        requests: pd.DataFrame,
+        calls: pd.DataFrame,
+        actions: pd.DataFrame | None = None,
+        horizon: float = math.inf,
+    ) -> None:
+        """Take one chunk of this policy's tables (see the module docstring for what a chunk
+        must hold); `horizon`: no later chunk has a call starting before it."""
+        self._add_breakdown(requests, calls, horizon)
+        if self.counted_request is not None:
+            requests = requests[self.counted_request[requests["request_id"].to_numpy()]]
+            calls = calls[self.counted_request[calls["request_id"].to_numpy()]]
+            if actions is not None and len(actions):
+                actions = actions[self.counted_request[actions["request_id"].to_numpy()]]
+        self._add_runs(requests)
+        self._add_calls(calls, horizon)
+        self._add_breaches(requests, calls, actions)
+
+    def _add(self, name: str, value: float) -> None:
+        self.sums[name] = self.sums.get(name, 0) + value
+
+    def _add_runs(self, runs: pd.DataFrame) -> None:
+        ids, ok = runs["request_id"].to_numpy(), runs["ok"].to_numpy(bool)
+        self.seen[ids] = True
+        self.ok_any[ids[ok]] = True
+        latency = runs["latency_s"].to_numpy(float)
+        self._latency.append(latency)
+        signal = runs["first_signal_s"].to_numpy(float)
+        self._signal.append(np.where(np.isnan(signal), latency, signal))
+        if self.first_signal_s:
+            met = (~np.isnan(signal)) & (signal <= self.first_signal_s)
+            self._add("first_signal_met", int(met.sum()))
+        if len(runs):
+            self.first_arrival_s = min(self.first_arrival_s, float(runs["arrival_s"].min()))
+            self.last_end_s = max(self.last_end_s, float(runs["end_s"].max()))
+        self._add("runs", len(runs))
+        self._add("successes", int(ok.sum()))
+        self._add("shed", int((runs["fail_reason"] == "shed").sum()))
+        quality = runs.loc[ok, "quality"].to_numpy(float)
+        self._add("quality_sum", float(np.nansum(quality)))
+        self._add("quality_n", int((~np.isnan(quality)).sum()))
+        self._add("valid_hits", int(runs["valid_hit"].sum()))
+        self._add("invalid_delivered", int((ok & ~runs["valid"].to_numpy(bool)).sum()))
+        for name in ("draft_kept", "draft_upgraded", "refused_retries", "refused_starts"):
+            self._add(name, int(runs[name].sum()))
+
+    def _add_calls(self, calls: pd.DataFrame, horizon: float) -> None:
+        outcome = calls["outcome"]
+        cost = calls["cost_usd"]
+        tokens = calls["input_tokens"] + calls["output_tokens"]
+        sdk = calls["sdk_retry"].to_numpy() > 0
+        self._add("calls", len(calls))
+        self._add("cost", float(cost.sum()))
+        self._add("tokens", float(tokens.sum()))
+        self._add("first_attempts", int(((calls["attempt"].to_numpy() == 0) & ~sdk).sum()))
+        self._add("sdk_retries", int(sdk.sum()))
+        self._add("wasted", float(cost[outcome != OUTCOME_OK].sum()))
+        for name in _COUNTED_OUTCOMES:
+            self._add(f"outcome_{name}", int((outcome == name).sum()))
+        orphan = calls["orphan"].to_numpy(bool)
+        self._add("orphan_calls", int(orphan.sum()))
+        self._add("orphan_tokens", int(tokens[orphan].sum()))
+        self._add("orphan_cost", float(cost[orphan].sum()))
+        if len(calls):
+            self.last_end_s = max(self.last_end_s, -math.inf)
+        for (provider, model), window in self.quota_windows.items():
+            mask = calls["provider"] == provider
+            if model is not None:
+                mask &= calls["model"] == model
+            part = calls.loc[mask]
+            window.add(part["start_s"].to_numpy(float), part["quota_tokens"].to_numpy(float),
+                       horizon)  # fmt: skip
+
+    def _add_breaches(
+        self, runs: pd.DataFrame, calls: pd.DataFrame, actions: pd.DataFrame | None
+    ) -> None:
+        """Runs with a call or action cut by each budget (and runs failed at the deadline)."""
+        keys = ["request_id", "resend"]
+        ended = calls[[*keys, "ended_by"]]
+        if actions is not None and len(actions):
+            ended = pd.concat([ended, actions[[*keys, "ended_by"]]], ignore_index=True)
+        run_index = pd.MultiIndex.from_frame(runs[keys])
+        for budget in BUDGETS:
+            hit = ended.loc[ended["ended_by"] == budget, keys].drop_duplicates()
+            breached = run_index.isin(pd.MultiIndex.from_frame(hit))
+            if budget == BY_DEADLINE:
+                breached |= (runs["fail_reason"] == FAIL_DEADLINE).to_numpy(bool)
+            self._add(f"breach_{budget}", int(breached.sum()))
+        if actions is not None and len(actions):
+            self._add("duplicate_actions", int(actions["duplicate"].sum()))
+            self._add("late_actions", int(actions["late"].sum()))
+            self._add("unknown_actions", int((actions["state"] == "unknown").sum()))
+
+    def _add_breakdown(self, runs: pd.DataFrame, calls: pd.DataFrame, horizon: float) -> None:
+        self.all_runs += len(runs)
+        if len(runs):
+            self.span_start = min(self.span_start, float(runs["arrival_s"].min()))
+            self.span_end = max(self.span_end, float(runs["end_s"].max()))
+        if len(calls):
+            self.span_end = max(self.span_end, float(calls["end_s"].max()))
+        failed = runs[~runs["ok"].astype(bool)]
+        if len(failed):
+            counts = failed.groupby(["fail_reason", "fail_step"], dropna=False, sort=False).size()
+            for (reason, step), n in counts.items():
+                key = (str(reason), str(step))
+                self.failures[key] = self.failures.get(key, 0) + int(n)
+        provider = calls["provider"]
+        for name, load in self.providers.items():
+            load.add(calls[provider == name], horizon)
+
+    # ------------------------------------------------------------------ reading
+
+    def latencies(self) -> np.ndarray:
+        """Every counted run's latency_s (a failed run at its deadline), in the order fed."""
+        return np.concatenate(self._latency) if self._latency else np.empty(0)
+
+    def summary_row(self, breaker_open_s: float | None = None) -> dict[str, object]:
+        """The row `sim.metrics.summarize` gives this policy on the whole tables."""
+        s = self.sums
+        n_requests = int(self.seen.sum())
+        n_runs, successes = int(s.get("runs", 0)), int(s.get("successes", 0))
+        calls, first = int(s.get("calls", 0)), int(s.get("first_attempts", 0))
+        sdk, cost = int(s.get("sdk_retries", 0)), float(s.get("cost", 0.0))
+        latency = self.latencies()
+        signal = np.concatenate(self._signal) if self._signal else np.empty(0)
+        p50, p95, p99 = np.percentile(latency, [50, 95, 99]) if n_runs else (np.nan,) * 3
+        sig50, sig99 = np.percentile(signal, [50, 99]) if n_runs else (np.nan,) * 2
+        lo, hi = wilson_interval(successes, n_runs)
+        per_request = max(1, n_requests)  # the answer metrics' guard (summarize's)
+        span = self.last_end_s - self.first_arrival_s
+        row: dict[str, object] = {
+            "policy": self.policy,
+            "requests": n_requests,
+            "runs": n_runs,
+            "hit_rate": successes / n_runs if n_runs else np.nan,
+            "hit_rate_lo": lo,
+            "hit_rate_hi": hi,
+            "p50_s": float(p50),
+            "p95_s": float(p95),
+            "p99_s": float(p99),
+            "mean_s": float(latency.mean()) if n_runs else np.nan,
+            "std_s": float(latency.std()) if n_runs else np.nan,
+            "cost_per_request_usd": cost / n_requests,
+            "cost_per_success_usd": cost / successes if successes else np.nan,
+            "tokens_per_request": float(s.get("tokens", 0.0)) / n_requests,
+            "calls_per_request": calls / n_requests,
+            "customer_success_rate": float(self.ok_any[self.seen].mean()),
+            "retry_amplification": n_runs / n_requests,
+            "extra_attempts_per_request": (calls - first) / n_requests,
+            "timeouts_per_request": s.get(f"outcome_{OUTCOME_TIMEOUT}", 0) / n_requests,
+            "cancelled_per_request": s.get(f"outcome_{OUTCOME_CANCELLED}", 0) / n_requests,
+            "rate_limited_per_request": s.get(f"outcome_{OUTCOME_RATE_LIMITED}", 0) / n_requests,
+            "sdk_retries_per_request": sdk / n_requests,
+            "wasted_cost_share": float(s.get("wasted", 0.0)) / cost if cost > 0 else 0.0,
+            "quality_mean": s["quality_sum"] / s["quality_n"]
+            if s.get("quality_n") and successes
+            else math.nan,
+            "valid_hit_rate": s.get("valid_hits", 0) / n_runs if n_runs else math.nan,
+            "invalid_delivered_rate": s.get("invalid_delivered", 0) / n_runs
+            if n_runs
+            else math.nan,
+            "truncated_per_request": s.get(f"outcome_{OUTCOME_TRUNCATED}", 0) / per_request,
+            "draft_kept": s.get("draft_kept", 0) / per_request,
+            "draft_upgraded": s.get("draft_upgraded", 0) / per_request,
+            "calls_per_success": calls / successes if successes else np.nan,
+            "goodput_per_s": successes / span if n_runs and span > 0 else np.nan,
+            "hedge_rate": (calls - first - sdk) / first if first else np.nan,
+            "peak_tpm_share": self._peak_tpm_share(),
+            "shed_requests": int(s.get("shed", 0)),
+            "breaker_open_s": float(breaker_open_s) if breaker_open_s is not None else np.nan,
+            "first_signal_p50_s": float(sig50),
+            "first_signal_p99_s": float(sig99),
+            "first_signal_hit_rate": s.get("first_signal_met", 0) / n_runs
+            if self.first_signal_s and n_runs
+            else np.nan,
+            "orphan_calls": int(s.get("orphan_calls", 0)),
+            "orphan_tokens": int(s.get("orphan_tokens", 0)),
+            "orphan_cost_usd": float(s.get("orphan_cost", 0.0)),
+        }
+        for budget in BUDGETS:
+            breached = s.get(f"breach_{budget}", 0)
+            row[f"breach_{budget}"] = breached / n_runs if n_runs else np.nan
+        for name in ("refused_retries", "refused_starts"):
+            row[name] = int(s.get(name, 0))
+        for name in ("duplicate_actions", "late_actions", "unknown_actions"):
+            row[name] = int(s.get(name, 0))
+        return {name: row[name] for name in SUMMARY_METRICS}
+
+    def _peak_tpm_share(self) -> float:
+        best = np.nan
+        for quota, window in self.quota_windows.items():
+            best = np.nanmax([best, window.peak() / self.tpm[quota]])
+        return float(best)
+
+    def breakdown_rows(self, span: float, top: int = TOP_FAILURES) -> list[dict[str, object]]:
+        """This policy's rows of `sim.breakdown.breakdown`; `span`: seconds from the first
+        arrival to the last end over every policy of the run (see `span_of`)."""
+        rows: list[dict[str, object]] = []
+        ranked = sorted(self.failures.items(), key=lambda item: -item[1])  # stable: ties keep order
+        kept, rest = ranked[:top], ranked[top:]
+        total = self.all_runs
+        for (reason, step), n in kept:
+            rows.append(_failure_row(self.policy, reason, step, n, total))
+        if rest:
+            rows.append(_failure_row(self.policy, "other", "", sum(n for _, n in rest), total))
+        for name, load in self.providers.items():
+            limit = self.limits[name]
+            busy = load.held_s / span if span > 0 else 0.0
+            peak = load.tokens.peak()
+            rows.append(
+                {
+                    "policy": self.policy,
+                    "section": "provider",
+                    "provider": name,
+                    "calls": load.calls,
+                    "rate_limited": load.outcomes[OUTCOME_RATE_LIMITED],
+                    "timeouts": load.outcomes[OUTCOME_TIMEOUT],
+                    "errors": load.outcomes[OUTCOME_ERROR],
+                    "busy_slots_mean": busy,
+                    "concurrency": limit.concurrency,
+                    "busy_share": busy / limit.concurrency,
+                    "peak_minute_tokens": peak,
+                    "tpm": limit.tpm if limit.tpm is not None else math.nan,
+                    "peak_tpm_share": peak / limit.tpm if limit.tpm else math.nan,
+                }
+            )
+        return rows
+
+
+def _failure_row(policy: str, reason: str, step: str, n: int, total: int) -> dict[str, object]:
+    return {
+        "policy": policy,
+        "section": "failure",
+        "fail_reason": reason,
+        "fail_step": step,
+        "runs": n,
+        "share_of_runs": n / total if total else math.nan,
+    }
+
+
+def span_of(tallies: Sequence[PolicyTally]) -> float:
+    """Simulated seconds from the first arrival to the last end, over every policy."""
+    start = min((t.span_start for t in tallies), default=math.inf)
+    end = max((t.span_end for t in tallies), default=-math.inf)
+    return end - start if math.isfinite(start) else 0.0
+
+
+def summary_table(
+    tallies: Sequence[PolicyTally], breaker_open: Mapping[str, float] | None = None
+) -> pd.DataFrame:
+    """The summary table (`sim.metrics.summarize`'s) of the tallied policies."""
+    rows = [
+        t.summary_row(None if breaker_open is None else breaker_open.get(t.policy, 0.0))
+        for t in tallies
+    ]
+    return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
+
+
+def breakdown_table(tallies: Sequence[PolicyTally]) -> pd.DataFrame:
+    """The breakdown table (`sim.breakdown.breakdown`'s) of the tallied policies."""
+    span = span_of(tallies)
+    rows = [row for t in tallies for row in t.breakdown_rows(span)]
+    return pd.DataFrame(rows, columns=list(BREAKDOWN_COLUMNS))

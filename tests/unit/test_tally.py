@@ -1,0 +1,267 @@
+"""Summaries without records (`records: none | requests`): the same numbers in bounded memory.
+
+The streaming pieces are held to the whole-table functions they stand in for: `PeakWindow` to
+`peak_window_sum`, `LimitWatch` to `limit_that_binds`, chunked draw banks to one bank, and a
+whole run kept as summaries (in small chunks, so many chunk boundaries are crossed) to the same
+run with every table, on scenarios that exercise each engine and feature. Floats may differ only
+by summation order: rtol 1e-12.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sim
+import sim.engine_choice
+from sim.capacity import ALL, NONE, REQUESTS, default_records
+from sim.errors import ScenarioError
+from sim.metrics import peak_window_sum
+from sim.qualify import LimitWatch, limit_that_binds
+from sim.scenario import load_scenario, with_overrides
+from sim.streams import CallDrawBank, Streams
+from sim.tally import PeakWindow
+from tests.unit.helpers import build, serving
+from tests.unit.test_cli import assert_exit, cli
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+RTOL = 1e-12  # the same sums in another order
+
+
+def chunked(values: np.ndarray, cuts: list[int]) -> list[np.ndarray]:
+    """`values` split at the sorted, de-duplicated `cuts`."""
+    return np.split(values, sorted(set(cuts)))
+
+
+# ---------------------------------------------------------------------------- the pieces
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 400), st.integers(0, 30), st.integers(0, 50)),
+        min_size=0,
+        max_size=60,
+    ),
+    st.lists(st.integers(0, 60), max_size=6),
+)
+def test_a_peak_window_fed_in_chunks_equals_one_pass(
+    requests: list[tuple[int, int, int]], cuts: list[int]
+) -> None:
+    """Requests arrive in order; each has events at or after its arrival, so the arrival of a
+    chunk's first request is a valid horizon for the chunks before it."""
+    arrivals = np.sort(np.array([a for a, _, _ in requests], dtype=float))
+    times = arrivals + np.array([d for _, d, _ in requests], dtype=float) * 3.7
+    amounts = np.array([t for _, _, t in requests], dtype=float)
+    window = PeakWindow(60.0)
+    bounds = sorted({c for c in cuts if c < len(requests)})
+    for lo, hi in zip([0, *bounds], [*bounds, len(requests)], strict=True):
+        horizon = float(arrivals[hi]) if hi < len(requests) else math.inf
+        window.add(times[lo:hi], amounts[lo:hi], horizon)
+    assert window.peak() == peak_window_sum(times, amounts, 60.0)
+
+
+def test_a_peak_window_keeps_the_events_a_later_window_still_holds() -> None:
+    """An event 59.9 s before one of the next chunk is in its window, not forgotten."""
+    window = PeakWindow(60.0)
+    window.add(np.array([0.0]), np.array([10.0]), horizon=59.5)
+    window.add(np.array([59.9]), np.array([10.0]))
+    assert window.peak() == 20.0
+
+
+def test_a_limit_watch_sees_a_slot_count_reached_across_chunks() -> None:
+    """Two one-slot calls overlap only across the boundary: the carried call must be kept,
+    even one ending exactly when the next starts (a tie counts as overlap)."""
+    scenario = _limits_scenario(1, None, None)
+    watch = LimitWatch(scenario)
+    one = np.zeros(1, dtype=np.int32)
+    assert watch.add(one, np.array([0.0]), np.array([10.0]), np.array([5]), horizon=10.0) is None
+    found = watch.add(one, np.array([10.0]), np.array([12.0]), np.array([5]), horizon=math.inf)
+    assert found is not None
+    assert "concurrency" in found
+
+
+def test_a_peak_window_refuses_an_event_before_its_horizon() -> None:
+    window = PeakWindow(60.0)
+    window.add(np.array([10.0]), np.array([1.0]), horizon=20.0)
+    with pytest.raises(ValueError, match="horizon"):
+        window.add(np.array([19.0]), np.array([1.0]))
+
+
+def _limits_scenario(concurrency: int, tpm: int | None, rpm: int | None) -> sim.Scenario:
+    """One provider with these limits (the calls are given directly, not simulated)."""
+    limits = {"concurrency": concurrency, "tpm": tpm, "rpm": rpm}
+    provider = {"serves": {"big": serving()}, **{k: v for k, v in limits.items() if v}}
+    return build(providers={"p": provider})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 60), st.integers(0, 20), st.integers(1, 40), st.integers(1, 900)),
+        min_size=1,
+        max_size=50,
+    ),
+    st.lists(st.integers(0, 50), max_size=6),
+    st.integers(1, 8),
+    st.sampled_from([None, 1500, 3000]),
+    st.sampled_from([None, 6, 20]),
+)
+def test_a_limit_watch_fed_in_chunks_agrees_with_one_check(
+    calls: list[tuple[int, int, int, int]],
+    cuts: list[int],
+    concurrency: int,
+    tpm: int | None,
+    rpm: int | None,
+) -> None:
+    scenario = _limits_scenario(concurrency, tpm, rpm)
+    arrivals = np.sort(np.array([c[0] for c in calls], dtype=float))
+    start = arrivals + np.array([c[1] for c in calls], dtype=float)
+    end = start + np.array([c[2] for c in calls], dtype=float)
+    tokens = np.array([c[3] for c in calls], dtype=np.int64)
+    provider = np.zeros(len(calls), dtype=np.int32)
+    whole = limit_that_binds(scenario, provider, start, end, tokens)
+    watch, found = LimitWatch(scenario), None
+    bounds = sorted({c for c in cuts if c < len(calls)})
+    for lo, hi in zip([0, *bounds], [*bounds, len(calls)], strict=True):
+        horizon = float(arrivals[hi]) if hi < len(calls) else math.inf
+        found = watch.add(provider[lo:hi], start[lo:hi], end[lo:hi], tokens[lo:hi], horizon)
+        if found:
+            break
+    found = found or watch.finish()
+    assert found == whole
+
+
+def test_a_bank_in_chunks_draws_what_one_bank_draws() -> None:
+    streams = Streams(11, "main").child("calls")
+    whole = CallDrawBank(streams, 1000)
+    parts = [
+        CallDrawBank(streams, 300),
+        CallDrawBank(streams, 450, 300),
+        CallDrawBank(streams, 250, 750),
+    ]
+    for key in (("a", 0, 0), ("b", 2, 1)):
+        assert np.array_equal(
+            whole.uniforms(*key), np.concatenate([p.uniforms(*key) for p in parts])
+        )
+    assert np.array_equal(
+        whole.uniforms("a", 0, 0, 3), np.concatenate([p.uniforms("a", 0, 0, 3) for p in parts])
+    )
+    lengths = [u for p in parts for u in p.length_uniforms("c", 0, 0)]
+    assert whole.length_uniforms("c", 0, 0) == lengths
+    assert whole.uniform(765, "jitter", 2) == parts[2].uniform(15, "jitter", 2)
+
+
+# ---------------------------------------------------------------------------- whole runs
+
+
+def _assert_same_tables(full: pd.DataFrame, tallied: pd.DataFrame) -> None:
+    assert list(full.columns) == list(tallied.columns)
+    pd.testing.assert_frame_equal(
+        full.reset_index(drop=True),
+        tallied.reset_index(drop=True),
+        check_dtype=False,
+        rtol=RTOL,
+        atol=0,
+    )
+
+
+#: (scenario file, requests, overrides): each engine, quotas, re-sends, tool steps, warm-up.
+RUNS = [
+    ("default.yaml", 1500, {}),
+    ("default.yaml", 1500, {"warmup_s": 600.0}),
+    ("tpm-saturation.yaml", 600, {"providers.api.sdk.retries": 2}),
+    ("retry-storm.yaml", 600, {}),
+    ("tool-resend.yaml", 400, {}),
+    ("draft-race.yaml", 600, {}),
+    ("deadline-propagation.yaml", 400, {}),
+]
+
+
+@pytest.mark.parametrize(("name", "requests", "overrides"), RUNS)
+def test_summaries_only_give_the_numbers_of_every_table(
+    name: str, requests: int, overrides: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = with_overrides(load_scenario(SCENARIOS / name), overrides)
+    full = sim.run(scenario, requests=requests, records=ALL)
+    monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 170)  # many chunk boundaries
+    tallied = sim.run(scenario, requests=requests, records=NONE)
+    assert tallied.engines == full.engines
+    _assert_same_tables(full.summary, tallied.summary)
+    _assert_same_tables(full.breakdown, tallied.breakdown)
+    assert tallied.requests.empty
+    assert tallied.calls.empty
+    counted = full.summary.set_index("policy")["runs"]
+    for policy, latency in tallied.latency.items():
+        assert len(latency) == counted[policy]
+
+
+def test_records_requests_keeps_the_requests_table_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = load_scenario(SCENARIOS / "default.yaml")
+    full = sim.run(scenario, requests=900, policies=["wait", "race"], records=ALL)
+    monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 250)
+    kept = sim.run(scenario, requests=900, policies=["wait", "race"], records=REQUESTS)
+    pd.testing.assert_frame_equal(full.requests, kept.requests)
+    assert kept.calls.empty
+    _assert_same_tables(full.summary, kept.summary)
+
+
+def test_the_vectorized_engine_in_chunks_still_refuses_a_limit_that_binds() -> None:
+    """A slot count reached only across a chunk boundary is still seen (engine: auto falls
+    back to the event engine, engine: vectorized refuses)."""
+    scenario = with_overrides(
+        load_scenario(SCENARIOS / "default.yaml"), {"providers.direct.concurrency": 3}
+    )
+    result = sim.run(scenario, requests=300, policies=["wait"], records=NONE)
+    assert result.engines == {"wait": "des"}
+    assert "concurrency" in result.engine_notes["wait"]
+    with pytest.raises(ScenarioError, match="concurrency"):
+        sim.run(scenario, requests=300, policies=["wait"], records=NONE, engine="vectorized")
+
+
+def test_a_big_run_keeps_summaries_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = load_scenario(SCENARIOS / "default.yaml")
+    assert default_records(scenario, 1000, ["wait"]) == ALL
+    assert default_records(scenario, 1_000_000, list(scenario.policies)) == NONE
+    monkeypatch.setattr(sim.capacity, "AUTO_ALL_BYTES", 1)
+    assert sim.run(scenario, requests=200, policies=["wait"]).records == NONE
+
+
+def test_an_unknown_records_value_is_refused() -> None:
+    with pytest.raises(ScenarioError, match="records"):
+        sim.run(load_scenario(SCENARIOS / "default.yaml"), requests=10, records="some")
+
+
+def test_the_cli_writes_summaries_only_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    result = cli("run", "--requests", "400", "--records", "none", "--out", out, "-q")
+    assert_exit(result, 0)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == [
+        "breakdown.csv",
+        "figures",
+        "run.json",
+        "scenario.resolved.yaml",
+        "summary.csv",
+    ]
+    assert json.loads((out / "run.json").read_text())["records"] == "none"
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["requests"]) == [400] * 5
+    refused = cli("plot", out)
+    assert_exit(refused, 2)
+    assert "--records none" in refused.stderr
+    # without --records, a run too big for every table keeps summaries and says why
+    monkeypatch.setattr(sim.capacity, "AUTO_ALL_BYTES", 1)
+    noticed = cli("run", "--requests", "300", "-p", "wait", "--out", tmp_path / "auto", "-q")
+    assert_exit(noticed, 0)
+    assert "keeps summaries only" in noticed.stderr
+    assert not (tmp_path / "auto" / "calls.parquet").exists()
