@@ -29,7 +29,7 @@ from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS, calls_frame, requests_fra
 from sim.pilot import needs_pilot, resolve_specs, step_latencies, thresholds_of
 from sim.policies import Policy, build_resolved
 from sim.streams import CallDrawBank, Streams
-from sim.tally import PolicyTally
+from sim.tally import PolicyTally, SettledRuns
 from sim.tally import breakdown_table as tally_breakdown
 from sim.tally import summary_table as tally_summary
 from sim.timeseries import timeseries
@@ -297,8 +297,10 @@ def _run_tallied(
         engines[name] = DES if notes[name] else VECTORIZED
         breaker_open[name] = 0.0
         if notes[name]:  # the event engine, whole: start the tally again
-            why = f"policy '{name}' needs the event engine ({notes[name]}), whose "
-            check_fits(scenario, n, [name], records=ALL, why=why)
+            why = f"policy '{name}' needs the event engine ({notes[name]}): "
+            check_fits(scenario, n, [name], records=records, event_engine=True, why=why)
+            if progress and collector.fed:
+                progress(name, -collector.fed)  # its chunks are dropped: back to the start
             collector = _Collector(context, name, clocked, records, progress, stop)
             breaker_open[name] = collector.simulate(policy)
         tallies.append(collector.tally)
@@ -352,10 +354,12 @@ class _Collector:
             first_signal_s=scenario.first_signal_s,
         )
         self.requests: list[pd.DataFrame] = []
+        self.fed = 0  # requests of vectorized chunks tallied
 
     def feed(self, part: VectorTables, horizon: float) -> None:
         """A vectorized chunk: tally it, keep its requests if asked, report progress."""
         self.tally.add(part.requests, part.calls, None, horizon)
+        self.fed += len(part.requests)
         if self.records == REQUESTS:
             self.requests.append(part.requests)
         if self.progress:
@@ -364,12 +368,25 @@ class _Collector:
             raise KeyboardInterrupt
 
     def simulate(self, policy: Policy) -> float:
-        """The whole policy on the event engine, tallied; returns its breaker's open seconds."""
-        done = self.context.simulate(self.name, policy, self.progress, self.stop)
-        requests = requests_frame(done)
-        self.tally.add(requests, calls_frame(done), actions_frame(done))
-        if self.records == REQUESTS:
-            self.requests.append(requests)
+        """The whole policy on the event engine, its settled runs tallied as it goes (see
+        `SettledRuns`); returns its breakers' open seconds."""
+        context, name = self.context, self.name
+        rules = rules_for(context.scenario, name, context.expected[name])
+        sim = Simulation(
+            context.scenario, policy, context.bank, context.streams,
+            latencies=context.latencies, rules=rules,
+        )  # fmt: skip
+        keep = self.requests if self.records == REQUESTS else None
+        settled = SettledRuns(sim, self.tally, keep)
+        progress = self.progress
+
+        def tick(k: int) -> None:
+            if progress is not None:
+                progress(name, k)
+            settled.check()
+
+        done = sim.run(context.arrivals, tick, self.stop)
+        settled.finish(done)
         return done.breaker_open_s
 
 

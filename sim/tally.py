@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from sim.actions import UNKNOWN, Action, actions_frame
 from sim.analytic import wilson_interval
 from sim.breakdown import BREAKDOWN_COLUMNS, TOP_FAILURES, ProviderLimits
 from sim.deadlines import BUDGETS, BY_DEADLINE
-from sim.engine import FAIL_DEADLINE
-from sim.metrics import MINUTE_S, SUMMARY_METRICS
+from sim.engine import FAIL_DEADLINE, Records, Simulation
+from sim.metrics import MINUTE_S, SUMMARY_METRICS, calls_frame, requests_frame
 from sim.provider import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -130,6 +131,8 @@ class PolicyTally:
         self.quota_windows = {quota: PeakWindow() for quota in self.tpm}
         # the breakdown's view: every run and call, warm-up included
         self.failures: dict[tuple[str, str], int] = {}
+        #: Each pair's first failed run (request, re-send): ties rank as the whole table's do.
+        self.failure_first: dict[tuple[str, str], tuple[int, int]] = {}
         self.all_runs = 0
         self.span_start, self.span_end = math.inf, -math.inf
         self.providers = {name: _ProviderLoad() for name in limits}
@@ -229,7 +232,7 @@ class PolicyTally:
         if actions is not None and len(actions):
             self._add("duplicate_actions", int(actions["duplicate"].sum()))
             self._add("late_actions", int(actions["late"].sum()))
-            self._add("unknown_actions", int((actions["state"] == "unknown").sum()))
+            self._add("unknown_actions", int((actions["state"] == UNKNOWN).sum()))
 
     def _add_breakdown(self, runs: pd.DataFrame, calls: pd.DataFrame, horizon: float) -> None:
         self.all_runs += len(runs)
@@ -240,10 +243,21 @@ class PolicyTally:
             self.span_end = max(self.span_end, float(calls["end_s"].max()))
         failed = runs[~runs["ok"].astype(bool)]
         if len(failed):
-            counts = failed.groupby(["fail_reason", "fail_step"], dropna=False, sort=False).size()
-            for (reason, step), n in counts.items():
+            by = ["fail_reason", "fail_step"]
+            counts = failed.groupby(by, dropna=False, sort=False).size()
+            firsts = failed.drop_duplicates(by)  # each pair's first run (runs are sorted)
+            for reason, step, n, rid, resend in zip(
+                counts.index.get_level_values(0),
+                counts.index.get_level_values(1),
+                counts,
+                firsts["request_id"],
+                firsts["resend"],
+                strict=True,
+            ):
                 key = (str(reason), str(step))
                 self.failures[key] = self.failures.get(key, 0) + int(n)
+                first = (int(rid), int(resend))
+                self.failure_first[key] = min(self.failure_first.get(key, first), first)
         provider = calls["provider"]
         for name, load in self.providers.items():
             load.add(calls[provider == name], horizon)
@@ -336,7 +350,8 @@ class PolicyTally:
         """This policy's rows of `sim.breakdown.breakdown`; `span`: seconds from the first
         arrival to the last end over every policy of the run (see `span_of`)."""
         rows: list[dict[str, object]] = []
-        ranked = sorted(self.failures.items(), key=lambda item: -item[1])  # stable: ties keep order
+        first = self.failure_first
+        ranked = sorted(self.failures.items(), key=lambda item: (-item[1], first[item[0]]))
         kept, rest = ranked[:top], ranked[top:]
         total = self.all_runs
         for (reason, step), n in kept:
@@ -401,3 +416,63 @@ def breakdown_table(tallies: Sequence[PolicyTally]) -> pd.DataFrame:
     span = span_of(tallies)
     rows = [row for t in tallies for row in t.breakdown_rows(span)]
     return pd.DataFrame(rows, columns=list(BREAKDOWN_COLUMNS))
+
+
+class SettledRuns:
+    """Moves an event simulation's settled runs and their calls into a tally while it runs, so
+    its records do not grow with the run (`records: none | requests`).
+
+    A run is settled once closed (nothing new starts) with no process left (no call in flight),
+    seen so at two checks at different instants, so that the interrupts of its cancelled calls,
+    delivered at the instant it closed, have been recorded. Tool steps' actions can still change
+    after their run closes (a remote commits late), so a simulation with tool steps is not
+    flushed. `check` runs inside the simulation (from its progress hook), between events."""
+
+    #: Recorded calls that make a check worth its cost.
+    EVERY_CALLS = 50_000
+
+    def __init__(
+        self,
+        sim: Simulation,
+        tally: PolicyTally,
+        keep: list[pd.DataFrame] | None = None,
+        every_calls: int | None = None,
+    ) -> None:
+        self.sim, self.tally, self.keep = sim, tally, keep
+        self.every = every_calls or self.EVERY_CALLS
+        self.flushable = not any(step.tool is not None for step in sim.workflow.steps)
+        self._seen: set[int] = set()  # ids of runs found settled at the previous check
+        self._seen_at = -math.inf
+
+    def check(self) -> None:
+        """Flush the runs settled at two checks, if enough calls are waiting."""
+        sim = self.sim
+        if not self.flushable or len(sim.calls) < self.every:
+            return
+        now = sim.env.now
+        settled = {id(r) for r in sim.runs if r.closed and not r.active}
+        if now > self._seen_at:
+            ready, self._seen, self._seen_at = settled & self._seen, settled, now
+        else:
+            ready = set()
+        if not ready:
+            return
+        runs = [r for r in sim.runs if id(r) in ready]
+        calls = [c for c in sim.calls if id(c.run) in ready]
+        sim.runs[:] = [r for r in sim.runs if id(r) not in ready]  # in place: the engine's list
+        sim.calls[:] = [c for c in sim.calls if id(c.run) not in ready]
+        self._seen -= ready
+        # later calls belong to runs still here or still to come: none starts before either
+        horizon = min([now, *(r.arrival for r in sim.runs)])
+        self._add(Records(self.tally.policy, runs, calls), horizon)
+
+    def finish(self, records: Records) -> None:
+        """Tally what is left when the simulation has ended."""
+        self._add(records, math.inf, records.actions)
+
+    def _add(self, records: Records, horizon: float, actions: list[Action] | None = None) -> None:
+        requests = requests_frame(records)
+        frame = actions_frame(records) if actions else None
+        self.tally.add(requests, calls_frame(records), frame, horizon)
+        if self.keep is not None:
+            self.keep.append(requests)

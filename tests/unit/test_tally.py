@@ -27,7 +27,7 @@ from sim.metrics import peak_window_sum
 from sim.qualify import LimitWatch, limit_that_binds
 from sim.scenario import load_scenario, with_overrides
 from sim.streams import CallDrawBank, Streams
-from sim.tally import PeakWindow
+from sim.tally import PeakWindow, SettledRuns
 from tests.unit.helpers import build, serving
 from tests.unit.test_cli import assert_exit, cli
 
@@ -173,15 +173,18 @@ def _assert_same_tables(full: pd.DataFrame, tallied: pd.DataFrame) -> None:
     )
 
 
-#: (scenario file, requests, overrides): each engine, quotas, re-sends, tool steps, warm-up.
+#: (scenario file, requests, overrides): each engine, quotas, SDK retries, re-sends, tool steps,
+#: warm-up. Event-engine runs are over 2000 requests, so settled runs are flushed while they run
+#: (the engine's progress hook, where flushing happens, comes every 1000 arrivals).
 RUNS = [
     ("default.yaml", 1500, {}),
     ("default.yaml", 1500, {"warmup_s": 600.0}),
-    ("tpm-saturation.yaml", 600, {"providers.api.sdk.retries": 2}),
-    ("retry-storm.yaml", 600, {}),
+    ("tpm-saturation.yaml", 2500, {"providers.api.sdk.retries": 2}),
+    ("tpm-saturation.yaml", 2500, {"warmup_s": 300.0}),
+    ("retry-storm.yaml", 2500, {}),
     ("tool-resend.yaml", 400, {}),
-    ("draft-race.yaml", 600, {}),
-    ("deadline-propagation.yaml", 400, {}),
+    ("draft-race.yaml", 2200, {}),
+    ("deadline-propagation.yaml", 2200, {}),
 ]
 
 
@@ -192,8 +195,20 @@ def test_summaries_only_give_the_numbers_of_every_table(
     scenario = with_overrides(load_scenario(SCENARIOS / name), overrides)
     full = sim.run(scenario, requests=requests, records=ALL)
     monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 170)  # many chunk boundaries
+    monkeypatch.setattr(SettledRuns, "EVERY_CALLS", 300)  # flush event-engine runs often
+    flushed: list[int] = []
+    check = SettledRuns.check
+
+    def counting(self: SettledRuns) -> None:
+        before = len(self.sim.runs)
+        check(self)
+        flushed.append(before - len(self.sim.runs))
+
+    monkeypatch.setattr(SettledRuns, "check", counting)
     tallied = sim.run(scenario, requests=requests, records=NONE)
     assert tallied.engines == full.engines
+    if "des" in full.engines.values() and name != "tool-resend.yaml":
+        assert sum(flushed) > 0  # runs really left the simulation's records while it ran
     _assert_same_tables(full.summary, tallied.summary)
     _assert_same_tables(full.breakdown, tallied.breakdown)
     assert tallied.requests.empty
