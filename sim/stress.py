@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from sim.capacity import ALL
 from sim.config import ArrivalsSpec, Scenario
 from sim.errors import ScenarioError
 from sim.runner import chosen_policies, run
@@ -87,7 +88,7 @@ def recovery_after(
     goodput is back; inf if not within the window) of one policy after one burst."""
     after_s = plan.window_s + 2 * duration_s
     bursty, n, burst = burst_scenario(scenario, multiplier, duration_s, plan.calm_s, after_s)
-    result = run(bursty, requests=n, policies=[policy])
+    result = run(bursty, requests=n, policies=[policy], records=ALL)  # timeseries needs calls
     series = result.timeseries
     horizon = burst[1] + after_s
     series = series[series["t_s"] + bursty.timeseries_bin_s <= horizon + 1e-9]

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from sim.aggregate import aggregate_replications
+from sim.capacity import REQUESTS
 from sim.config import Scenario
 from sim.errors import ScenarioError
 from sim.runner import run
@@ -168,7 +169,8 @@ def run_point(
 
     began = time.perf_counter()
     varied = with_overrides(scenario, point.overrides) if point.overrides else scenario
-    result = run(varied, requests=requests, seed=point.seed, policies=policies)
+    # a point keeps its requests table (the sweep's figures and requests.parquet), not its calls
+    result = run(varied, requests=requests, seed=point.seed, policies=policies, records=REQUESTS)
     return PointResult(
         point=point,
         summary=tag(result.summary, point, list(keys)),
