@@ -412,7 +412,7 @@ def explain(folder: Path) -> None:
     """Print, from the result files of a `tailsim run` in FOLDER, the comparison and why each
     policy did as it did (failures by reason and step, load per provider)."""
     with bad_input_exits():
-        tables = read_result_tables(folder)
+        tables = read_result_tables(folder, need_requests=False)
         reasons = read_breakdown(folder)
         seed = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("seed", "?")
     out.print(summary_table(tables.summary, tables.deadline_s, seed))

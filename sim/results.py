@@ -290,9 +290,12 @@ class ResultTables:
     requests: pd.DataFrame
 
 
-def read_result_tables(folder: Path) -> ResultTables:
-    """Read summary.csv, requests.parquet and the deadline from a `tailsim run` folder."""
+def read_result_tables(folder: Path, need_requests: bool = True) -> ResultTables:
+    """Read summary.csv, requests.parquet and the deadline from a `tailsim run` folder (without
+    `need_requests`, a folder that kept no requests table gives an empty one)."""
     needed = ("summary.csv", "requests.parquet", "scenario.resolved.yaml")
+    if not need_requests and not (folder / "requests.parquet").is_file():
+        needed = ("summary.csv", "scenario.resolved.yaml")
     missing = [name for name in needed if not (folder / name).is_file()]
     if missing == ["requests.parquet"] and _records_of(folder) == "none":
         raise ScenarioError(
@@ -309,5 +312,7 @@ def read_result_tables(folder: Path) -> ResultTables:
         name=str(resolved.get("name", folder.name)),
         deadline_s=float(resolved["deadline_s"]),
         summary=pd.read_csv(folder / "summary.csv"),
-        requests=pd.read_parquet(folder / "requests.parquet"),
+        requests=pd.read_parquet(folder / "requests.parquet")
+        if "requests.parquet" in needed
+        else pd.DataFrame(),
     )

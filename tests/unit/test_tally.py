@@ -280,3 +280,12 @@ def test_the_cli_writes_summaries_only_and_says_so(
     assert_exit(noticed, 0)
     assert "keeps summaries only" in noticed.stderr
     assert not (tmp_path / "auto" / "calls.parquet").exists()
+
+
+def test_explain_reads_a_summaries_only_folder(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert_exit(cli("run", "--requests", "300", "-p", "wait", "--records", "none", "--out", out), 0)
+    explained = cli("explain", out)
+    assert_exit(explained, 0)
+    assert "wait" in explained.stdout
+    assert "failed runs" in explained.stdout
