@@ -29,9 +29,6 @@ BYTES_PER_TALLIED_RUN = 20
 BYTES_PER_REQUEST_ROW = 260
 #: Working memory of the vectorized engine's chunks and the pilot, whatever the size.
 CHUNK_BYTES = 400 * 2**20
-#: Bytes per call slot of the event engine's draw bank (uniforms and their transforms), which
-#: stays while records are flushed.
-BYTES_PER_BANKED_CALL = 100
 
 
 def estimated_calls_per_run(scenario: Scenario, policy: str) -> float:
@@ -52,18 +49,16 @@ def estimated_bytes(
     """Peak bytes the records of `requests` requests need (one policy is held at a time, and
     every policy's tables are kept to the end). With `records` none or requests this assumes
     the vectorized engine's chunks, or with `event_engine` the event engine flushing settled
-    runs (a policy that falls back to it is checked again on its own before it runs)."""
+    runs and drawing from a windowed bank (a policy that falls back to it is checked again on
+    its own before it runs)."""
     retry = scenario.customers.retry
     runs_per_request = 1.0 + retry.probability * retry.max
     runs = requests * runs_per_request
     if records != ALL:
         per_run = BYTES_PER_TALLIED_RUN + (BYTES_PER_REQUEST_ROW if records == REQUESTS else 0)
-        if event_engine:  # settled runs are flushed; the draw bank stays
-            per_run += max(
-                BYTES_PER_BANKED_CALL * estimated_calls_per_run(scenario, p) for p in policies
-            )
-            if any(step.tool is not None for step in scenario.workflow.steps):
-                return estimated_bytes(scenario, requests, policies, ALL)  # not flushed
+        tools = any(step.tool is not None for step in scenario.workflow.steps)
+        if event_engine and tools:  # settled runs are flushed, except with tool steps
+            return estimated_bytes(scenario, requests, policies, ALL)
         return int(CHUNK_BYTES + runs * per_run * len(policies))
     per_policy = [runs * (BYTES_PER_RUN + BYTES_PER_CALL * estimated_calls_per_run(scenario, p))
                   for p in policies]  # fmt: skip

@@ -28,7 +28,7 @@ from sim.errors import ScenarioError
 from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS, calls_frame, requests_frame, summarize
 from sim.pilot import needs_pilot, resolve_specs, step_latencies, thresholds_of
 from sim.policies import Policy, build_resolved
-from sim.streams import CallDrawBank, Streams
+from sim.streams import CallDrawBank, Streams, WindowedDrawBank
 from sim.tally import PolicyTally, SettledRuns
 from sim.tally import breakdown_table as tally_breakdown
 from sim.tally import summary_table as tally_summary
@@ -284,6 +284,8 @@ def _run_tallied(
     vectorized policies run a chunk of requests at a time, so memory does not grow with calls."""
     scenario = context.scenario
     clocked = clock_arrivals(np.asarray(context.arrivals, dtype=float))
+    # the event engine draws from blocks of requests near those in flight, not from every row
+    context.bank = WindowedDrawBank(context.streams.child("calls"), n)
     steps = Workflow.from_scenario(scenario).steps
     tallies, kept, engines, notes, breaker_open = [], [], {}, {}, {}
     for name in context.names:

@@ -21,12 +21,14 @@ from hypothesis import strategies as st
 
 import sim
 import sim.engine_choice
+import sim.streams
 from sim.capacity import ALL, NONE, REQUESTS, default_records
+from sim.engine import serving_latencies
 from sim.errors import ScenarioError
 from sim.metrics import peak_window_sum
 from sim.qualify import LimitWatch, limit_that_binds
 from sim.scenario import load_scenario, with_overrides
-from sim.streams import CallDrawBank, Streams
+from sim.streams import CallDrawBank, Streams, WindowedDrawBank
 from sim.tally import PeakWindow, SettledRuns
 from tests.unit.helpers import build, serving
 from tests.unit.test_cli import assert_exit, cli
@@ -196,6 +198,7 @@ def test_summaries_only_give_the_numbers_of_every_table(
     full = sim.run(scenario, requests=requests, records=ALL)
     monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 170)  # many chunk boundaries
     monkeypatch.setattr(SettledRuns, "EVERY_CALLS", 300)  # flush event-engine runs often
+    monkeypatch.setattr(sim.streams, "WINDOW_ROWS", 64)  # and draw from many small blocks
     flushed: list[int] = []
     check = SettledRuns.check
 
@@ -289,3 +292,30 @@ def test_explain_reads_a_summaries_only_folder(tmp_path: Path) -> None:
     assert_exit(explained, 0)
     assert "wait" in explained.stdout
     assert "failed runs" in explained.stdout
+
+
+def test_a_windowed_bank_draws_what_one_bank_draws() -> None:
+    """Random access over 20 blocks, only 3 kept at a time: evicted blocks are drawn again,
+    identically (draws, uniform blocks, per-request columns, answer lengths)."""
+    scenario = load_scenario(SCENARIOS / "default.yaml")
+    latencies = serving_latencies(scenario)
+    path = next(iter(latencies))
+    streams = Streams(5, "main").child("calls")
+    whole, windowed = CallDrawBank(streams, 20_000), WindowedDrawBank(streams, 20_000, 1000, 2)
+    order = np.random.default_rng(0).integers(0, 20_000, 3000).tolist() + list(range(0, 20_000, 7))
+    for i in order:
+        a = whole.draws("s1", 0, 0, path, latencies[path], 100)
+        b = windowed.draws("s1", 0, 0, path, latencies[path], 100)
+        assert (a.ttft[i], a.generation[i], a.stall[i], a.outcome[i]) == (
+            b.ttft[i],
+            b.generation[i],
+            b.stall[i],
+            b.outcome[i],
+        )
+        assert whole.uniforms("s2", 1, 0)[i, 3] == windowed.uniforms("s2", 1, 0)[i, 3]
+        assert whole.uniform(i, "spell", "s1", 0, 0, 0) == windowed.uniform(
+            i, "spell", "s1", 0, 0, 0
+        )
+        assert whole.length_uniforms("s3", 0, 0)[i] == windowed.length_uniforms("s3", 0, 0)[i]
+    # four accessors, each with the newest block and the two before it, plus one old block
+    assert len(windowed._blocks) <= 4 * 3 + 1
