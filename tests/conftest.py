@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -10,6 +11,13 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (CI included): a failure is reproducible,
+# never a flake. HYPOTHESIS_PROFILE=explore searches afresh, for hunting bugs locally.
+settings.register_profile("fixed", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 #: The repository (the folder holding `sim/` and `tests/`).
 REPO_ROOT = Path(__file__).resolve().parents[1]
