@@ -142,7 +142,7 @@ def memory_row(requests: int) -> list[tuple]:
     if status:
         raise SystemExit(f"tailsim run --requests {requests} failed with exit {status}")
     print(f"  memory run: {wall:.0f} s")
-    return [(f"peak RSS MiB, {requests:,} requests x 5 policies, summaries", rss / 2**20, 1024.0,
+    return [(f"peak RSS MiB, tailsim run --requests {requests:,}", rss / 2**20, 1024.0,
              None, "max")]  # fmt: skip
 
 
