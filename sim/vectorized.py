@@ -15,10 +15,12 @@ seen together; a step failing a run cancels every call of the run still in fligh
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtri
 
 from sim.config import Scenario
 from sim.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY
@@ -33,6 +35,8 @@ from sim.latency import (
     U_STALL_EXTRA,
     U_TTFT,
     CallLatency,
+    Distribution,
+    LogNormal,
 )
 from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS
 from sim.policies import Attempt, Hedge, Policy, Race, Sequential
@@ -106,36 +110,86 @@ class CallArrays:
     ended_by: np.ndarray  # int8 index into ENDED_BY: what ended it early (0: nothing)
 
 
-class _CallLog:
-    """Calls as they are computed, in column chunks; cancellations are applied at the end."""
+@dataclass
+class _Chunk:
+    """The calls of one call slot (step, attempt) for some requests: their uninterrupted lives
+    (kept for the runs a failure closes early) and their final columns as if no run closed."""
 
-    FIELDS = (
-        "request", "step", "attempt", "provider", "model", "start", "natural_end", "kind",
-        "drawn", "ttft", "generating", "cancel_at",
-    )  # fmt: skip
-    FLOATS = frozenset({"start", "natural_end", "ttft", "generating", "cancel_at"})
+    rows: np.ndarray  # request indices (int64)
+    step: int
+    attempt: int
+    provider: int
+    model: int
+    start: np.ndarray
+    natural: np.ndarray  # natural end (or cut at give-up)
+    kind: np.ndarray  # K_NATURAL / K_CUT / K_UNSERVED
+    drawn: np.ndarray  # drawn outcome (sim.latency OK / ERROR / INVALID)
+    ttft: np.ndarray  # drawn first token
+    generating: np.ndarray  # drawn generation plus stall
+    cancel_at: np.ndarray  # the policy's or the deadline's cancellation (inf: none)
+    deadline: np.ndarray  # the run's deadline
+    input_tokens: int
+    output_tokens: int
+
+
+#: Raw fields of a chunk that `VectorizedSimulation._settle` reads.
+_RAW = ("start", "natural", "kind", "drawn", "ttft", "generating", "cancel_at", "deadline")
+_DTYPES = {
+    "request": np.int64, "step": np.int32, "attempt": np.int32, "provider": np.int32,
+    "model": np.int32, "start": float, "end": float, "ttft": float, "outcome": np.int8,
+    "billed_input": np.int64, "billed_output": np.int64, "cost": float,
+    "quota_tokens": np.int64, "ended_by": np.int8,
+}  # fmt: skip
+
+
+class _CallLog:
+    """Calls as they are computed, one chunk per call slot and set of requests."""
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[np.ndarray | int, ...]] = []
+        self.chunks: list[_Chunk] = []
 
-    def add(self, *columns: np.ndarray | int) -> None:
-        self.chunks.append(columns)
+    def add(self, chunk: _Chunk) -> None:
+        self.chunks.append(chunk)
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """Each field over all chunks; a field given as one number per chunk is repeated."""
-        sizes = [len(c[0]) for c in self.chunks]  # type: ignore[arg-type]
-        out = {}
-        for i, name in enumerate(self.FIELDS):
-            parts = [c[i] for c in self.chunks]
-            if parts and all(np.isscalar(p) for p in parts):
-                out[name] = np.repeat(np.asarray(parts, dtype=np.int32), sizes)
-            elif parts:
-                out[name] = np.concatenate(
-                    [np.broadcast_to(p, (k,)) for p, k in zip(parts, sizes, strict=True)]
-                )
-            else:
-                out[name] = np.zeros(0, dtype=float if name in self.FLOATS else np.int64)
+    def columns(
+        self, final: Callable[[_Chunk, dict[str, np.ndarray]], None]
+    ) -> dict[str, np.ndarray]:
+        """Every CallArrays column over all chunks, in chunk order: each chunk's slice written
+        in place by `final(chunk, its slices)` (no per-chunk temporaries to concatenate)."""
+        total = sum(len(c.rows) for c in self.chunks)
+        out = {name: np.empty(total, dtype=dtype) for name, dtype in _DTYPES.items()}
+        offset = 0
+        for c in self.chunks:
+            k = offset + len(c.rows)
+            part = {name: values[offset:k] for name, values in out.items()}
+            part["request"][:] = c.rows
+            part["step"].fill(c.step)
+            part["attempt"].fill(c.attempt)
+            part["provider"].fill(c.provider)
+            part["model"].fill(c.model)
+            part["start"][:] = c.start
+            final(c, part)
+            offset = k
         return out
+
+    def gather(self, which: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(positions in `columns()`, raw fields plus request, step and model) of the calls of
+        the requests where `which` (a boolean per request) is true."""
+        positions, parts, offset = [], [], 0
+        for c in self.chunks:
+            local = np.flatnonzero(which[c.rows])
+            if len(local):
+                positions.append(local + offset)
+                part = {name: getattr(c, name)[local] for name in _RAW}
+                part["request"] = c.rows[local]
+                for name in ("step", "model"):
+                    part[name] = np.full(len(local), getattr(c, name), dtype=np.int64)
+                parts.append(part)
+            offset += len(c.rows)
+        if not parts:
+            return np.zeros(0, dtype=np.int64), {}
+        fields = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        return np.concatenate(positions), fields
 
 
 @dataclass
@@ -170,6 +224,14 @@ class VectorizedSimulation:
         self.models = list(scenario.models)
         self.billing = scenario.billing.cancelled
         self.log = _CallLog()
+        #: Per model (in `models` order): (input, output) dollars per token.
+        self._prices = [
+            (
+                scenario.models[m].price_per_mtok.input / 1e6,
+                scenario.models[m].price_per_mtok.output / 1e6,
+            )
+            for m in self.models
+        ]
         self._probed: set[tuple[str, int, str, str, int]] = set()
 
     # ------------------------------------------------------------------ driving
@@ -225,28 +287,43 @@ class VectorizedSimulation:
 
     def _draws(
         self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(first token, generation, stall, drawn outcome) of this call slot for `rows`: the
-        bank's uniforms transformed as `CallLatency.draw` does (checked against it)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(first token, generation, which rows stall, their stalls, drawn outcome) of this call
+        slot for `rows`: the bank's uniforms transformed as `CallLatency.draw` does (checked
+        against it). Only the columns used are gathered, and only the stalled rows' extra."""
         latency = self.latencies[(plan.provider, plan.model)]
         block = self.bank.uniforms(step.id, attempt, 0)
-        u = block if len(rows) == len(block) else block[rows]  # rows: sorted, unique
-        ttft = latency.ttft.from_uniform(u[:, U_TTFT])
-        speed = latency.tokens_per_s.from_uniform(u[:, U_SPEED])
-        generation = step.output_tokens / np.maximum(speed, 1e-9)
-        stall = np.zeros(len(u))
+        whole = len(rows) == len(block)  # rows: sorted, unique, so every row in order
+
+        def column(c: int, which: np.ndarray | None = None) -> np.ndarray:
+            if which is None:
+                return block[:, c] if whole else block[rows, c]
+            return block[which if whole else rows[which], c]
+
+        ttft = _transform(latency.ttft, column(U_TTFT))
+        generation = _transform(latency.tokens_per_s, column(U_SPEED))
+        np.maximum(generation, 1e-9, out=generation)
+        np.divide(step.output_tokens, generation, out=generation)
         if latency.stall_extra is not None and latency.stall_probability > 0:
-            stalled = np.flatnonzero(u[:, U_STALL] < latency.stall_probability)
-            stall[stalled] = latency.stall_extra.from_uniform(u[stalled, U_STALL_EXTRA])
-        v = u[:, U_OUTCOME]
-        drawn = np.full(len(u), OK, dtype=np.int8)
+            stalled = np.flatnonzero(column(U_STALL) < latency.stall_probability)
+            extra = latency.stall_extra.from_uniform(column(U_STALL_EXTRA, stalled))
+        else:
+            stalled, extra = np.zeros(0, dtype=np.int64), np.zeros(0)
+        v = column(U_OUTCOME)
+        drawn = np.full(len(rows), OK, dtype=np.int8)
         drawn[v < latency.error_rate + latency.invalid_rate] = INVALID
         drawn[v < latency.error_rate] = ERROR
         key = (step.id, attempt, plan.provider, plan.model, step.output_tokens)
         if key not in self._probed:
-            self._probe(latency, u, step.output_tokens, (ttft, generation, stall, drawn))
+            k = min(len(rows), _PROBE_ROWS)
+            stall = np.zeros(k)
+            head = stalled < k
+            stall[stalled[head]] = extra[head]
+            u = block[:k] if whole else block[rows[:k]]
+            mine = (ttft[:k], generation[:k], stall, drawn[:k])
+            self._probe(latency, u, step.output_tokens, mine)
             self._probed.add(key)
-        return ttft, generation, stall, drawn
+        return ttft, generation, stalled, extra, drawn
 
     @staticmethod
     def _probe(
@@ -255,12 +332,12 @@ class VectorizedSimulation:
         output_tokens: int,
         ours: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     ) -> None:
-        """Check the first rows against `CallLatency.draw`: a changed law must not go unseen."""
-        k = min(len(u), _PROBE_ROWS)
-        theirs = latency.draw(u[:k], output_tokens)
+        """Check the first rows (`u`) against `CallLatency.draw`: a changed law must not go
+        unseen."""
+        theirs = latency.draw(u, output_tokens)
         expected = (theirs.ttft, theirs.generation, theirs.stall, theirs.outcome)
         for mine, reference in zip(ours, expected, strict=True):
-            if not np.array_equal(mine[:k], np.asarray(reference, dtype=mine.dtype)):
+            if not np.array_equal(mine, np.asarray(reference, dtype=mine.dtype)):
                 raise UnsupportedError("CallLatency.draw no longer matches the vector transform")
 
     def _attempt(
@@ -268,19 +345,29 @@ class VectorizedSimulation:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
         """One call slot started at `start`, uninterrupted (as `Provider.call` with a free slot):
         (natural end, kind, outcome code, (drawn, ttft, generating) for billing)."""
-        ttft, generation, stall, drawn = self._draws(step, attempt, plan, rows)
-        service = np.where(drawn != OK, ttft, ttft + generation + stall)
+        ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows)
+        # service: ttft + generation + stall (summed in that order), ttft alone if it failed
+        service = ttft + generation
+        generating = generation  # ours to change: generation + stall
+        if len(stalled):
+            service[stalled] += extra
+            generating[stalled] += extra
+        np.copyto(service, ttft, where=drawn != OK)
         give_up = plan.give_up_after
+        kind = np.zeros(len(rows), dtype=np.int8)  # K_NATURAL
         if give_up is None:
-            natural, kind = start + service, np.full(len(rows), K_NATURAL, dtype=np.int8)
+            natural = np.add(start, service, out=service)
         elif give_up <= _SAME_INSTANT:  # granted its slot at its give-up instant: cut unserved
-            natural, kind = start.copy(), np.full(len(rows), K_UNSERVED, dtype=np.int8)
+            natural = start.copy()
+            kind.fill(K_UNSERVED)
         else:
-            cut = service > give_up
-            natural = np.where(cut, start + give_up, start + service)
-            kind = np.where(cut, K_CUT, K_NATURAL).astype(np.int8)
-        outcome = np.where(kind == K_NATURAL, _DRAWN_OUTCOME[drawn], O_TIMEOUT).astype(np.int8)
-        return natural, kind, outcome, (drawn, ttft, generation + stall)
+            cut = np.flatnonzero(service > give_up)
+            natural = np.add(start, service, out=service)
+            natural[cut] = start[cut] + give_up
+            kind[cut] = K_CUT
+        outcome = _DRAWN_OUTCOME[drawn]
+        outcome[kind != K_NATURAL] = O_TIMEOUT
+        return natural, kind, outcome, (drawn, ttft, generating)
 
     def _log(
         self,
@@ -293,22 +380,42 @@ class VectorizedSimulation:
         kind: np.ndarray,
         billing: tuple[np.ndarray, ...],
         cancel_at: np.ndarray,
+        deadline: np.ndarray,
     ) -> None:
+        """Record one call slot's calls for `rows` (deadline: their runs' deadlines)."""
         drawn, ttft, generating = billing
-        self.log.add(
-            rows,
-            step.index,
-            attempt,
-            self.providers.index(plan.provider),
-            self.models.index(plan.model),
-            start,
-            natural,
-            kind,
-            drawn,
-            ttft,
-            generating,
-            cancel_at,
-        )
+        provider, model = self.providers.index(plan.provider), self.models.index(plan.model)
+        chunk = _Chunk(
+            rows, step.index, attempt, provider, model, start, natural, kind, drawn, ttft,
+            generating, cancel_at, deadline, step.input_tokens, step.output_tokens,
+        )  # fmt: skip
+        self.log.add(chunk)
+
+    def _final(self, chunk: _Chunk, out: dict[str, np.ndarray]) -> None:
+        """Write the final columns of a chunk's calls into `out`, no run closed early: a call
+        that ran to its natural end follows from its drawn outcome alone (a lookup); the others
+        (cancelled, cut) are settled as `_settle` does."""
+        drawn = chunk.drawn
+        price_in, price_out = self._prices[chunk.model]
+        ins, outs = np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64)  # by drawn
+        ins[[OK, INVALID]], outs[OK] = chunk.input_tokens, chunk.output_tokens
+        out["end"][:] = chunk.natural
+        out["ttft"][:] = chunk.ttft
+        out["ttft"][drawn == ERROR] = np.nan
+        np.take(_DRAWN_OUTCOME, drawn, out=out["outcome"])
+        np.take(ins, drawn, out=out["billed_input"])
+        np.take(outs, drawn, out=out["billed_output"])
+        np.take(ins * price_in + outs * price_out, drawn, out=out["cost"])
+        out["quota_tokens"].fill(chunk.input_tokens + chunk.output_tokens)
+        out["ended_by"].fill(E_NONE)
+        special = np.flatnonzero((chunk.cancel_at < np.inf) | (chunk.kind != K_NATURAL))
+        if len(special):
+            settled = self._settle(
+                {name: getattr(chunk, name)[special] for name in _RAW},
+                np.int64(chunk.input_tokens), np.int64(chunk.output_tokens), price_in, price_out,
+            )  # fmt: skip
+            for name, values in settled.items():
+                out[name][special] = values
 
     # ------------------------------------------------------------------ policies
 
@@ -331,7 +438,7 @@ class VectorizedSimulation:
             cancelled = natural >= dl
             self._log(
                 step, k, plan, rows[pos], t[pos], natural, kind, billing,
-                np.where(cancelled, dl, np.inf),
+                np.where(cancelled, dl, np.inf), dl,
             )  # fmt: skip
             won = ~cancelled & (outcome == O_OK)
             failed = ~cancelled & ~won
@@ -378,7 +485,7 @@ class VectorizedSimulation:
                     dl,
                     np.where(won & (natural > first_ok), first_ok, np.inf),
                 )
-                self._log(step, attempt + j, plan, its, at, natural, kind, billing, cancel_at)
+                self._log(step, attempt + j, plan, its, at, natural, kind, billing, cancel_at, dl)
             attempt += len(plans)
             state[pos[hit]], end[pos[hit]] = S_DEADLINE, dl[hit]
             state[pos[won]], end[pos[won]] = S_OK, first_ok[won]
@@ -476,7 +583,7 @@ class VectorizedSimulation:
             p = np.flatnonzero(fired > c)
             self._log(
                 step, c, plan, rows[p], begun[p, c], natural[p, c], kind[p, c],
-                (drawn[p, c], ttft[p, c], generating[p, c]), cancel[p, c],
+                (drawn[p, c], ttft[p, c], generating[p, c]), cancel[p, c], deadline[p],
             )  # fmt: skip
         return _StepResult(state, end, last)
 
@@ -546,24 +653,57 @@ class VectorizedSimulation:
         failure coincides with an event of another branch (a call ending or starting at that
         very instant): which came first is simpy's event order, so the event engine replays
         them."""
-        col = self.log.columns()
-        request, start, natural = col["request"], col["start"], col["natural_end"]
-        cancel_at = col["cancel_at"]
+        col = self.log.columns(self._final)
+        which = closed_at < np.inf
+        if not which.any():
+            return CallArrays(**col), np.zeros(0, dtype=np.int64)
+        # only the calls of runs a failure closed early change: redo them from their lives
+        at, raw = self.log.gather(which)
+        request, start, natural = raw["request"], raw["start"], raw["natural"]
         closed = closed_at[request]
-        other_branch = col["step"] != failing[request]
-        coincide = other_branch & ((start == closed) | (np.minimum(natural, cancel_at) == closed))
+        other_branch = raw["step"] != failing[request]
+        coincide = other_branch & (
+            (start == closed) | (np.minimum(natural, raw["cancel_at"]) == closed)
+        )
         unclear = np.unique(request[coincide])
+        steps = self.workflow.steps
+        input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[raw["step"]]
+        output_tokens = np.asarray([s.output_tokens for s in steps], dtype=np.int64)[raw["step"]]
+        prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
+        settled = self._settle(
+            {name: raw[name] for name in _RAW},
+            input_tokens, output_tokens, prices[:, 0], prices[:, 1], closed,
+        )  # fmt: skip
+        for name, values in settled.items():
+            col[name][at] = values
         keep = start <= closed  # calls a failed run never started are dropped
         if not keep.all():
-            col = {k: v[keep] for k, v in col.items()}
-            request, start, natural = col["request"], col["start"], col["natural_end"]
-            cancel_at, closed = col["cancel_at"], closed[keep]
-        in_flight = np.minimum(natural, cancel_at) > closed
-        by_deadline = cancel_at == deadline[request]  # else a loser's (before its deadline)
-        cancel_at = np.where(in_flight, closed, cancel_at)
+            kept = np.ones(len(col["request"]), dtype=bool)
+            kept[at[~keep]] = False
+            col = {name: values[kept] for name, values in col.items()}
+        return CallArrays(**col), unclear
+
+    def _settle(
+        self,
+        raw: dict[str, np.ndarray],
+        input_tokens: np.ndarray,
+        output_tokens: np.ndarray,
+        price_in: np.ndarray | float,
+        price_out: np.ndarray | float,
+        closed: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The final columns of calls from their lives (`_RAW` fields), their runs closed at
+        `closed` (None: never early): cancellations applied, `ended_by` named, billed."""
+        start, natural, kind, drawn = raw["start"], raw["natural"], raw["kind"], raw["drawn"]
+        cancel_at = raw["cancel_at"]
+        by_deadline = cancel_at == raw["deadline"]  # else a loser's (before its deadline)
+        if closed is None:
+            in_flight = np.zeros(len(start), dtype=bool)
+        else:
+            in_flight = np.minimum(natural, cancel_at) > closed
+            cancel_at = np.where(in_flight, closed, cancel_at)
         cancelled = cancel_at < np.inf
         end = np.where(cancelled, cancel_at, natural)
-        kind, drawn = col["kind"], col["drawn"]
         outcome = np.where(
             cancelled,
             O_CANCELLED,
@@ -574,41 +714,25 @@ class VectorizedSimulation:
             [E_RUN, E_DEADLINE, E_LOSER, E_ATTEMPT],
             E_NONE,
         ).astype(np.int8)
-        steps = self.workflow.steps
-        input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[col["step"]]
-        output_tokens = np.asarray([s.output_tokens for s in steps], dtype=np.int64)[col["step"]]
         ran = ~cancelled & (kind == K_NATURAL)
-        billed_in = np.where(ran & (drawn != ERROR), input_tokens, 0)
-        billed_out = np.where(ran & (drawn == OK), output_tokens, 0)
+        billed_in = np.where(ran & (drawn != ERROR), input_tokens, 0).astype(np.int64)
+        billed_out = np.where(ran & (drawn == OK), output_tokens, 0).astype(np.int64)
         # stopped after holding a slot for some time: cut at give-up, or cancelled
         stopped = (~cancelled & (kind == K_CUT)) | (cancelled & (end > start))
         cut_in, cut_out = self._bill_cut(
-            drawn, col["ttft"], col["generating"], end - start, input_tokens, output_tokens
+            drawn, raw["ttft"], raw["generating"], end - start, input_tokens, output_tokens
         )
         billed_in = np.where(stopped, cut_in, billed_in)
         billed_out = np.where(stopped, cut_out, billed_out)
-        price_in = np.asarray(
-            [self.scenario.models[m].price_per_mtok.input / 1e6 for m in self.models]
-        )[col["model"]]
-        price_out = np.asarray(
-            [self.scenario.models[m].price_per_mtok.output / 1e6 for m in self.models]
-        )[col["model"]]
-        return CallArrays(
-            request=request.astype(np.int64),
-            step=col["step"].astype(np.int32),
-            attempt=col["attempt"].astype(np.int32),
-            provider=col["provider"].astype(np.int32),
-            model=col["model"].astype(np.int32),
-            start=start,
-            end=end,
-            ttft=np.where(ran & (drawn != ERROR), col["ttft"], np.nan),
-            outcome=outcome,
-            billed_input=billed_in,
-            billed_output=billed_out,
-            cost=billed_in * price_in + billed_out * price_out,
-            quota_tokens=input_tokens + output_tokens,
-            ended_by=ended_by,
-        ), unclear
+        return {
+            "end": end,
+            "ttft": np.where(ran & (drawn != ERROR), raw["ttft"], np.nan),
+            "outcome": outcome,
+            "billed_input": billed_in,
+            "billed_output": billed_out,
+            "cost": billed_in * price_in + billed_out * price_out,
+            "ended_by": ended_by,
+        }
 
     def _replay(
         self,
@@ -681,6 +805,17 @@ class VectorizedSimulation:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _transform(dist: Distribution, u: np.ndarray) -> np.ndarray:
+    """`dist.from_uniform(u)` in a fresh array; a lognormal computed in place (the same
+    operations, without their temporaries)."""
+    if type(dist) is LogNormal:
+        z = ndtri(u)
+        z *= dist.sigma
+        z += dist.mu
+        return np.exp(z, out=z)
+    return np.array(dist.from_uniform(u), dtype=float)
 
 
 class _RowsBank(CallDrawBank):
