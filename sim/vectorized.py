@@ -252,7 +252,9 @@ class VectorizedSimulation:
         last = np.zeros((count, n), dtype=np.int8)
         for j in topological_order(steps):
             step = steps[j]
-            if step.depends_on:
+            if len(step.depends_on) == 1:  # a chain: no stacking
+                ready, at = state[step.depends_on[0]] == S_OK, end[step.depends_on[0]]
+            elif step.depends_on:
                 ready = np.logical_and.reduce([state[d] == S_OK for d in step.depends_on])
                 at = np.max([end[d] for d in step.depends_on], axis=0)
             else:
@@ -429,28 +431,41 @@ class VectorizedSimulation:
     ) -> _StepResult:
         """wait / cut / downshift: attempts one after another, the next at the previous end.
         A call still going at the deadline (or ending exactly at it) is cancelled there."""
-        m = len(rows)
-        state, end, last = np.zeros(m, np.int8), np.full(m, np.nan), np.zeros(m, np.int8)
-        pos, t = np.arange(m), start.copy()
-        for k, plan in enumerate(plans):
-            natural, kind, outcome, billing = self._attempt(step, k, plan, rows[pos], t[pos])
-            dl = deadline[pos]
+        m, final = len(rows), len(plans) - 1
+        last = np.zeros(m, np.int8)
+        # The first attempt runs for every row (no gathers); `end` starts as its resolution,
+        # a row that failed it being resolved again by a later attempt.
+        natural, kind, outcome, billing = self._attempt(step, 0, plans[0], rows, start)
+        cancelled = natural >= deadline
+        cancel_at = np.where(cancelled, deadline, np.inf)
+        self._log(step, 0, plans[0], rows, start, natural, kind, billing, cancel_at, deadline)
+        won = ~cancelled & (outcome == O_OK)
+        failed = ~cancelled & ~won
+        state = np.zeros(m, np.int8)
+        np.copyto(state, S_OK, where=won)
+        np.copyto(state, S_DEADLINE, where=cancelled)
+        end = np.minimum(natural, cancel_at)  # the deadline where cancelled (natural >= it)
+        pos = np.flatnonzero(failed)
+        if final == 0:
+            state[pos], last[pos] = S_FAILED, outcome[pos]
+            return _StepResult(state, end, last)
+        t = natural[pos]  # the later attempts: rows `pos`, starting at `t`
+        for k, plan in enumerate(plans[1:], start=1):
+            if not len(pos):
+                break
+            its, dl = rows[pos], deadline[pos]
+            natural, kind, outcome, billing = self._attempt(step, k, plan, its, t)
             cancelled = natural >= dl
-            self._log(
-                step, k, plan, rows[pos], t[pos], natural, kind, billing,
-                np.where(cancelled, dl, np.inf), dl,
-            )  # fmt: skip
+            cancel_at = np.where(cancelled, dl, np.inf)
+            self._log(step, k, plan, its, t, natural, kind, billing, cancel_at, dl)
             won = ~cancelled & (outcome == O_OK)
             failed = ~cancelled & ~won
             state[pos[cancelled]], end[pos[cancelled]] = S_DEADLINE, dl[cancelled]
             state[pos[won]], end[pos[won]] = S_OK, natural[won]
-            if k == len(plans) - 1:
+            if k == final:
                 state[pos[failed]], end[pos[failed]] = S_FAILED, natural[failed]
                 last[pos[failed]] = outcome[failed]
-            pos = pos[failed]
-            t[pos] = natural[failed]
-            if not len(pos):
-                break
+            pos, t = pos[failed], natural[failed]
         return _StepResult(state, end, last)
 
     def _race(
@@ -622,7 +637,8 @@ class VectorizedSimulation:
         latest = np.full(n, -np.inf)
         for j in range(len(steps)):
             newer = (state[j] != S_NONE) & (start[j] >= latest)
-            running[newer], latest[newer] = j, start[j, newer]
+            np.copyto(running, j, where=newer)
+            np.copyto(latest, start[j], where=newer)
         finished = np.fmax.reduce(np.where(state == S_NONE, np.nan, end), axis=0)
         run_end = np.where(ok, finished, np.where(early, fail_at, deadline))
         ids = np.asarray([s.id for s in steps] + [""], dtype=object)
