@@ -295,12 +295,12 @@ class VectorizedSimulation:
         against it). Only the columns used are gathered, and only the stalled rows' extra."""
         latency = self.latencies[(plan.provider, plan.model)]
         block = self.bank.uniforms(step.id, attempt, 0)
-        whole = len(rows) == len(block)  # rows: sorted, unique, so every row in order
+        aligned = len(rows) == len(block)  # row i of the block is rows[i] (sorted, unique)
 
         def column(c: int, which: np.ndarray | None = None) -> np.ndarray:
             if which is None:
-                return block[:, c] if whole else block[rows, c]
-            return block[which if whole else rows[which], c]
+                return block[:, c] if aligned else block[rows, c]
+            return block[which if aligned else rows[which], c]
 
         ttft = _transform(latency.ttft, column(U_TTFT))
         generation = _transform(latency.tokens_per_s, column(U_SPEED))
@@ -321,7 +321,7 @@ class VectorizedSimulation:
             stall = np.zeros(k)
             head = stalled < k
             stall[stalled[head]] = extra[head]
-            u = block[:k] if whole else block[rows[:k]]
+            u = block[:k] if aligned else block[rows[:k]]
             mine = (ttft[:k], generation[:k], stall, drawn[:k])
             self._probe(latency, u, step.output_tokens, mine)
             self._probed.add(key)
@@ -410,7 +410,25 @@ class VectorizedSimulation:
         np.take(ins * price_in + outs * price_out, drawn, out=out["cost"])
         out["quota_tokens"].fill(chunk.input_tokens + chunk.output_tokens)
         out["ended_by"].fill(E_NONE)
-        special = np.flatnonzero((chunk.cancel_at < np.inf) | (chunk.kind != K_NATURAL))
+        cancel_at = chunk.cancel_at
+        cancelled = cancel_at < np.inf
+        odd = chunk.kind != K_NATURAL  # cut at give-up or unserved
+        if self.billing != "elapsed" and cancelled.any():
+            # cancelled (by the deadline or as a loser): billed in full or not at all, so a
+            # mask over the chunk does it, no gathers
+            np.copyto(out["end"], cancel_at, where=cancelled)
+            np.copyto(out["ttft"], np.nan, where=cancelled)
+            np.copyto(out["outcome"], O_CANCELLED, where=cancelled)
+            np.copyto(out["ended_by"], E_LOSER, where=cancelled)
+            np.copyto(out["ended_by"], E_DEADLINE, where=cancelled & (cancel_at == chunk.deadline))
+            # billed only if it held its slot for some time (and billing is "full")
+            free = cancelled if self.billing == "none" else cancelled & ~(cancel_at > chunk.start)
+            for name in ("billed_input", "billed_output", "cost"):
+                np.copyto(out[name], 0, where=free)
+            odd &= ~cancelled
+        else:
+            odd |= cancelled
+        special = np.flatnonzero(odd)
         if len(special):
             settled = self._settle(
                 {name: getattr(chunk, name)[special] for name in _RAW},
@@ -481,40 +499,47 @@ class VectorizedSimulation:
         starts the next as its last attempt ends."""
         m = len(rows)
         state, end, last = np.zeros(m, np.int8), np.full(m, np.nan), np.zeros(m, np.int8)
-        pos, t, attempt = np.arange(m), start.copy(), 0
+        pos: np.ndarray | None = None  # the rows still racing (None: all, the first round)
+        its, at, dl, attempt = rows, start, deadline, 0
         for r, plans in enumerate(rounds):
-            at, dl, its = t[pos], deadline[pos], rows[pos]
             lives = [self._attempt(step, attempt + j, p, its, at) for j, p in enumerate(plans)]
-            naturals = np.stack([life[0] for life in lives])
-            outcomes = np.stack([life[2] for life in lives])
-            first_ok = np.where(outcomes == O_OK, naturals, np.inf).min(axis=0)
+            naturals, outcomes = [life[0] for life in lives], [life[2] for life in lives]
+            first_ok = np.where(outcomes[0] == O_OK, naturals[0], np.inf)
+            last_end = naturals[0]
+            for natural, outcome in zip(naturals[1:], outcomes[1:], strict=True):
+                np.minimum(first_ok, np.where(outcome == O_OK, natural, np.inf), out=first_ok)
+                last_end = np.maximum(last_end, natural)
             any_ok = first_ok < np.inf
-            last_end = naturals.max(axis=0)
             round_end = np.where(any_ok, first_ok, last_end)
             hit = round_end >= dl
             won = any_ok & ~hit
             for j, plan in enumerate(plans):
                 natural, kind, _, billing = lives[j]
-                cancel_at = np.where(
-                    hit & (natural >= dl),
-                    dl,
-                    np.where(won & (natural > first_ok), first_ok, np.inf),
-                )
+                cancel_at = np.where(won & (natural > first_ok), first_ok, np.inf)
+                np.copyto(cancel_at, dl, where=hit & (natural >= dl))
                 self._log(step, attempt + j, plan, its, at, natural, kind, billing, cancel_at, dl)
             attempt += len(plans)
-            state[pos[hit]], end[pos[hit]] = S_DEADLINE, dl[hit]
-            state[pos[won]], end[pos[won]] = S_OK, first_ok[won]
-            failed = ~any_ok & ~hit
-            if r == len(rounds) - 1:
+            if pos is None:
+                np.copyto(state, S_DEADLINE, where=hit)
+                np.copyto(end, dl, where=hit)
+                np.copyto(state, S_OK, where=won)
+                np.copyto(end, first_ok, where=won)
+            else:
+                state[pos[hit]], end[pos[hit]] = S_DEADLINE, dl[hit]
+                state[pos[won]], end[pos[won]] = S_OK, first_ok[won]
+            failed = np.flatnonzero(~any_ok & ~hit)
+            lost = failed if pos is None else pos[failed]
+            if r == len(rounds) - 1 and len(failed):
                 # the reason is the outcome of the attempt that ended last (ties: started last)
-                latest = len(plans) - 1 - np.argmax(naturals[::-1], axis=0)
-                reason = outcomes[latest, np.arange(len(pos))]
-                state[pos[failed]], end[pos[failed]] = S_FAILED, last_end[failed]
-                last[pos[failed]] = reason[failed]
-            pos = pos[failed]
-            t[pos] = last_end[failed]
-            if not len(pos):
+                ends = np.stack([natural[failed] for natural in naturals])
+                latest = len(plans) - 1 - np.argmax(ends[::-1], axis=0)
+                reason = np.stack([outcome[failed] for outcome in outcomes])
+                state[lost], end[lost] = S_FAILED, last_end[failed]
+                last[lost] = reason[latest, np.arange(len(failed))]
+            if not len(failed):
                 break
+            pos, at = lost, last_end[failed]
+            its, dl = rows[pos], deadline[pos]
         return _StepResult(state, end, last)
 
     def _hedge(
