@@ -34,6 +34,7 @@ from sim.latency import (
     U_STALL,
     U_STALL_EXTRA,
     U_TTFT,
+    UNIFORMS_PER_CALL,
     CallLatency,
     Distribution,
     LogNormal,
@@ -76,6 +77,9 @@ S_NONE, S_OK, S_FAILED, S_DEADLINE = (
 
 #: Rows of each draw block checked against `CallLatency.draw` itself (a changed law falls back).
 _PROBE_ROWS = 16
+#: A call slot needed by at most one request in this many draws only those requests' uniforms
+#: (a jump and a draw per row costs about what drawing this many rows does).
+_SPARSE_ROWS = 200
 
 
 class UnsupportedError(Exception):
@@ -294,7 +298,7 @@ class VectorizedSimulation:
         slot for `rows`: the bank's uniforms transformed as `CallLatency.draw` does (checked
         against it). Only the columns used are gathered, and only the stalled rows' extra."""
         latency = self.latencies[(plan.provider, plan.model)]
-        block = self.bank.uniforms(step.id, attempt, 0)
+        block = self._uniforms(step.id, attempt, rows)
         aligned = len(rows) == len(block)  # row i of the block is rows[i] (sorted, unique)
 
         def column(c: int, which: np.ndarray | None = None) -> np.ndarray:
@@ -326,6 +330,29 @@ class VectorizedSimulation:
             self._probe(latency, u, step.output_tokens, mine)
             self._probed.add(key)
         return ttft, generation, stalled, extra, drawn
+
+    def _uniforms(self, step: str, attempt: int, rows: np.ndarray) -> np.ndarray:
+        """The bank's uniform block of this call slot, or only its rows `rows` (in their order)
+        when they are few: drawn from the same stream, jumping over the rows not needed
+        (`_SPARSE_ROWS`), as the bank would draw the whole block. Checked once per slot
+        against a small bank of the same streams; otherwise the bank's block."""
+        bank = self.bank
+        if type(bank) is not CallDrawBank or len(rows) * _SPARSE_ROWS > bank.n_requests:
+            return bank.uniforms(step, attempt, 0)
+        generator = bank.streams.generator("call", step, attempt, 0)
+        bits = generator.bit_generator
+        if not isinstance(bits, np.random.PCG64):
+            return bank.uniforms(step, attempt, 0)
+        check = CallDrawBank(bank.streams, 2).uniforms(step, attempt, 0)
+        if not np.array_equal(generator.random(check.shape), check):
+            return bank.uniforms(step, attempt, 0)
+        out = np.empty((len(rows), UNIFORMS_PER_CALL))
+        drawn = check.size  # doubles drawn so far (one 64-bit step each)
+        for i, row in enumerate(rows.tolist()):
+            bits.advance(row * UNIFORMS_PER_CALL - drawn)
+            out[i] = generator.random(UNIFORMS_PER_CALL)
+            drawn = (row + 1) * UNIFORMS_PER_CALL
+        return out
 
     @staticmethod
     def _probe(
