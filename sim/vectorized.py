@@ -15,7 +15,7 @@ seen together; a step failing a run cancels every call of the run still in fligh
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -954,29 +954,32 @@ def tables(
     n = len(runs["arrival"])
     ids = np.asarray([s.id for s in scenario.workflow.steps], dtype=object)
     by_name = np.argsort(np.argsort(ids.astype(str)))  # step order as strings sort
-    order = np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+    order = _call_order(calls, by_name)
     count = len(order)
 
     def strings(values: np.ndarray) -> pd.Series:
         return pd.Series(values, dtype="string")
 
+    def named(names: Sequence[str], codes: np.ndarray) -> pd.Series:
+        """`strings(names[codes])`, taken from the few names (no per-row string objects)."""
+        return pd.Series(pd.array(np.asarray(names, dtype=object), dtype="string").take(codes))
+
     request = calls.request[order]
+    step = calls.step[order]
     call_table = pd.DataFrame(
         {
-            "policy": strings(np.full(count, policy, dtype=object)),
+            "policy": named([policy], np.zeros(count, dtype=np.intp)),
             "request_id": request,
             "resend": np.zeros(count, dtype=np.int64),
-            "step": strings(ids[calls.step[order]]),
+            "step": named(ids, step),
             "attempt": calls.attempt[order].astype(np.int64),
-            "provider": strings(
-                np.asarray(list(scenario.providers), object)[calls.provider[order]]
-            ),
-            "model": strings(np.asarray(list(scenario.models), object)[calls.model[order]]),
+            "provider": named(list(scenario.providers), calls.provider[order]),
+            "model": named(list(scenario.models), calls.model[order]),
             "start_s": calls.start[order],
             "queue_s": np.zeros(count),
             "ttft_s": calls.ttft[order],
             "end_s": calls.end[order],
-            "outcome": strings(np.asarray(OUTCOMES, dtype=object)[calls.outcome[order]]),
+            "outcome": named(OUTCOMES, calls.outcome[order]),
             "input_tokens": calls.billed_input[order].astype(np.int64),
             "output_tokens": calls.billed_output[order].astype(np.int64),
             "cost_usd": calls.cost[order],
@@ -984,7 +987,7 @@ def tables(
             "quota_tokens": calls.quota_tokens[order].astype(np.int64),
             "sdk_retry": np.zeros(count, dtype=np.int64),  # SDK retries are never vectorized
             "valid": np.ones(count, dtype=bool),  # no validator: junk is caught, never delivered
-            "ended_by": strings(np.asarray(ENDED_BY, dtype=object)[calls.ended_by[order]]),
+            "ended_by": named(ENDED_BY, calls.ended_by[order]),
             "orphan": np.zeros(count, dtype=bool),  # the deadline propagates (whitelisted)
         },
         columns=list(CALL_COLUMNS),
@@ -997,7 +1000,7 @@ def tables(
     ok = runs["ok"]
     request_table = pd.DataFrame(
         {
-            "policy": strings(np.full(n, policy, dtype=object)),
+            "policy": named([policy], np.zeros(n, dtype=np.intp)),
             "request_id": np.arange(n, dtype=np.int64),
             "resend": np.zeros(n, dtype=np.int64),
             "arrival_s": runs["arrival"],
@@ -1023,6 +1026,23 @@ def tables(
     return VectorTables(request_table, call_table)
 
 
+def _call_order(calls: CallArrays, by_name: np.ndarray) -> np.ndarray:
+    """The calls table's row order: by request, start, step name (`by_name`: each step's rank),
+    attempt. The calls are logged step by step, each slot's rows in request order, so a stable
+    sort by request alone usually gives it (a run's calls in time order); checked, else the full
+    sort. Every (request, step, attempt) is one call, so the order is the same either way."""
+    order = np.argsort(calls.request, kind="stable")
+    request, start = calls.request[order], calls.start[order]
+    rank, attempt = by_name[calls.step[order]], calls.attempt[order]
+    same_run = request[1:] == request[:-1]
+    later = start[1:] > start[:-1]
+    tied = start[1:] == start[:-1]
+    after = (rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (attempt[1:] > attempt[:-1]))
+    if np.all(~same_run | later | (tied & after)):
+        return order
+    return np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+
+
 def _first_signal(calls: CallArrays, arrival: np.ndarray, n: int) -> np.ndarray:
     """Per run, the event engine's `Run.first_signal`: from its arrival to the earliest first
     token of a call that answered ok (no call queues here); NaN without one."""
@@ -1038,6 +1058,21 @@ def _delivered_quality(scenario: Scenario, calls: CallArrays, ok: np.ndarray, n:
     event engine's `Run.quality`: its last valid answer per step); NaN for a failed run."""
     quality = np.asarray([m.quality for m in scenario.models.values()], dtype=float)
     answered = np.flatnonzero(calls.outcome == O_OK)
+    steps = len(scenario.workflow.steps)
+    request, step = calls.request[answered], calls.step[answered]
+    cell = step.astype(np.int64) * n + request  # (step, run)
+    if not len(cell) or np.bincount(cell, minlength=steps * n).max() <= 1:
+        # one valid answer per step and run at most (the usual case): it is the one kept; sum
+        # per run in step order, as the sorted bincount below adds them
+        kept = np.zeros((steps, n))
+        kept[step, request] = quality[calls.model[answered]]
+        total = np.zeros(n)
+        for row in kept:
+            total += row
+        count = np.bincount(request, minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, total / np.maximum(count, 1), 1.0)
+        return np.where(ok, mean, np.nan)
     # the answer a step kept is its valid call that ended last
     order = answered[
         np.lexsort((calls.end[answered], calls.step[answered], calls.request[answered]))
