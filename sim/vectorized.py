@@ -991,6 +991,7 @@ def tables(
             "orphan": np.zeros(count, dtype=bool),  # the deadline propagates (whitelisted)
         },
         columns=list(CALL_COLUMNS),
+        copy=False,  # every column is a fresh array: no copy, no consolidating copy either
     )
     per_request = np.bincount(calls.request, minlength=n)
     cost = np.bincount(calls.request, weights=calls.cost, minlength=n)
@@ -1003,13 +1004,13 @@ def tables(
             "policy": named([policy], np.zeros(n, dtype=np.intp)),
             "request_id": np.arange(n, dtype=np.int64),
             "resend": np.zeros(n, dtype=np.int64),
-            "arrival_s": runs["arrival"],
+            "arrival_s": runs["arrival"].copy(),
             "latency_s": np.where(ok, runs["end"], runs["deadline"]) - runs["arrival"],
             "ok": ok.astype(bool),
             "cost_usd": cost,
             "tokens": np.rint(tokens).astype(np.int64),
             "calls": per_request.astype(np.int64),
-            "end_s": runs["end"],
+            "end_s": runs["end"].copy(),
             "fail_reason": strings(runs["fail_reason"]),
             "fail_step": strings(runs["fail_step"]),
             "valid": ok.astype(bool),
@@ -1022,6 +1023,7 @@ def tables(
             "refused_starts": np.zeros(n, dtype=np.int64),
         },
         columns=list(REQUEST_COLUMNS),
+        copy=False,  # fresh arrays, as above
     )
     return VectorTables(request_table, call_table)
 
