@@ -264,11 +264,12 @@ class VectorizedSimulation:
             else:
                 ready, at = np.ones(n, dtype=bool), arrival
             rows = np.flatnonzero(ready)
-            start[j, rows] = at[rows]
+            np.copyto(start[j], at, where=ready)
             if not len(rows):
                 continue
             result = self._step(step, rows, at[rows], deadline[rows])
-            state[j, rows], end[j, rows], last[j, rows] = result.state, result.end, result.last
+            # rows are where `ready` is true, in order: a mask puts them back (no index scatter)
+            state[j][ready], end[j][ready], last[j][ready] = result.state, result.end, result.last
         runs = self._resolve_runs(arrival, deadline, start, end, state, last)
         closed_at, failing = runs.pop("_closed_early"), runs.pop("_failing_step")
         calls, unclear = self._finish_calls(closed_at, failing, deadline)
@@ -680,7 +681,8 @@ class VectorizedSimulation:
         for j in topological_order(steps):
             if critical[j]:
                 earlier = (state[j] == S_FAILED) & (end[j] < fail_at)
-                fail_at[earlier], fail_step[earlier] = end[j, earlier], j
+                np.copyto(fail_at, end[j], where=earlier)
+                np.copyto(fail_step, j, where=earlier)
         early = fail_at < np.inf
         late = ~early & (state == S_DEADLINE).any(axis=0)
         ok = ~early & ~late
