@@ -444,15 +444,15 @@ class VectorizedSimulation:
         if self.billing != "elapsed" and cancelled.any():
             # cancelled (by the deadline or as a loser): billed in full or not at all, so a
             # mask over the chunk does it, no gathers
-            np.copyto(out["end"], cancel_at, where=cancelled)
-            np.copyto(out["ttft"], np.nan, where=cancelled)
-            np.copyto(out["outcome"], O_CANCELLED, where=cancelled)
-            np.copyto(out["ended_by"], E_LOSER, where=cancelled)
-            np.copyto(out["ended_by"], E_DEADLINE, where=cancelled & (cancel_at == chunk.deadline))
+            _select(out["end"], cancelled, cancel_at)
+            _select(out["ttft"], cancelled, np.nan)
+            _select(out["outcome"], cancelled, O_CANCELLED)
+            _select(out["ended_by"], cancelled, E_LOSER)
+            _select(out["ended_by"], cancelled & (cancel_at == chunk.deadline), E_DEADLINE)
             # billed only if it held its slot for some time (and billing is "full")
             free = cancelled if self.billing == "none" else cancelled & ~(cancel_at > chunk.start)
             for name in ("billed_input", "billed_output", "cost"):
-                np.copyto(out[name], 0, where=free)
+                _select(out[name], free, 0)
             odd &= ~cancelled
         else:
             odd |= cancelled
@@ -543,8 +543,9 @@ class VectorizedSimulation:
             won = any_ok & ~hit
             for j, plan in enumerate(plans):
                 natural, kind, _, billing = lives[j]
-                cancel_at = np.where(won & (natural > first_ok), first_ok, np.inf)
-                np.copyto(cancel_at, dl, where=hit & (natural >= dl))
+                cancel_at = np.full(len(natural), np.inf)
+                _select(cancel_at, won & (natural > first_ok), first_ok)  # losers: half, at random
+                _select(cancel_at, hit & (natural >= dl), dl)
                 self._log(step, attempt + j, plan, its, at, natural, kind, billing, cancel_at, dl)
             attempt += len(plans)
             if pos is None:
@@ -875,6 +876,23 @@ class VectorizedSimulation:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _select(out: np.ndarray, mask: np.ndarray, value: np.ndarray | float) -> None:
+    """`out[mask] = value[mask]` (or `value`, a number) in place. Few rows go by index; many
+    (a race's losers: half the rows, at random) by integer arithmetic on the bits, which has no
+    per-row branch to mispredict and sets the very same bits."""
+    count = np.count_nonzero(mask)
+    if count * 16 < len(out):
+        if count:
+            rows = np.flatnonzero(mask)
+            out[rows] = value if np.ndim(value) == 0 else value[rows]  # type: ignore[index]
+        return
+    kind = np.dtype(f"i{out.dtype.itemsize}")
+    bits = out.view(kind)
+    change = np.asarray(value, dtype=out.dtype).view(kind) - bits  # wraps around: exact
+    change *= mask
+    bits += change
 
 
 def _transform(dist: Distribution, u: np.ndarray) -> np.ndarray:
