@@ -974,7 +974,7 @@ def tables(
     n = len(runs["arrival"])
     ids = np.asarray([s.id for s in scenario.workflow.steps], dtype=object)
     by_name = np.argsort(np.argsort(ids.astype(str)))  # step order as strings sort
-    order = _call_order(calls, by_name)
+    order, ordered = _call_order(calls, by_name)
     count = len(order)
 
     def strings(values: np.ndarray) -> pd.Series:
@@ -984,27 +984,26 @@ def tables(
         """`strings(names[codes])`, taken from the few names (no per-row string objects)."""
         return pd.Series(pd.array(np.asarray(names, dtype=object), dtype="string").take(codes))
 
-    request = calls.request[order]
-    step = calls.step[order]
+    request = ordered["request"]
     call_table = pd.DataFrame(
         {
             "policy": named([policy], np.zeros(count, dtype=np.intp)),
             "request_id": request,
             "resend": np.zeros(count, dtype=np.int64),
-            "step": named(ids, step),
-            "attempt": calls.attempt[order].astype(np.int64),
+            "step": named(ids, ordered["step"]),
+            "attempt": ordered["attempt"].astype(np.int64),
             "provider": named(list(scenario.providers), calls.provider[order]),
             "model": named(list(scenario.models), calls.model[order]),
-            "start_s": calls.start[order],
+            "start_s": ordered["start"],
             "queue_s": np.zeros(count),
             "ttft_s": calls.ttft[order],
             "end_s": calls.end[order],
             "outcome": named(OUTCOMES, calls.outcome[order]),
-            "input_tokens": calls.billed_input[order].astype(np.int64),
-            "output_tokens": calls.billed_output[order].astype(np.int64),
+            "input_tokens": calls.billed_input[order].astype(np.int64, copy=False),
+            "output_tokens": calls.billed_output[order].astype(np.int64, copy=False),
             "cost_usd": calls.cost[order],
             "retry_after_s": np.full(count, math.nan),
-            "quota_tokens": calls.quota_tokens[order].astype(np.int64),
+            "quota_tokens": calls.quota_tokens[order].astype(np.int64, copy=False),
             "sdk_retry": np.zeros(count, dtype=np.int64),  # SDK retries are never vectorized
             "valid": np.ones(count, dtype=bool),  # no validator: junk is caught, never delivered
             "ended_by": named(ENDED_BY, calls.ended_by[order]),
@@ -1048,21 +1047,25 @@ def tables(
     return VectorTables(request_table, call_table)
 
 
-def _call_order(calls: CallArrays, by_name: np.ndarray) -> np.ndarray:
+def _call_order(calls: CallArrays, by_name: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The calls table's row order: by request, start, step name (`by_name`: each step's rank),
-    attempt. The calls are logged step by step, each slot's rows in request order, so a stable
-    sort by request alone usually gives it (a run's calls in time order); checked, else the full
-    sort. Every (request, step, attempt) is one call, so the order is the same either way."""
+    attempt; with the request, start, step and attempt columns in that order. The calls are
+    logged step by step, each slot's rows in request order, so a stable sort by request alone
+    usually gives it (a run's calls in time order); checked, else the full sort. Every
+    (request, step, attempt) is one call, so the order is the same either way."""
     order = np.argsort(calls.request, kind="stable")
-    request, start = calls.request[order], calls.start[order]
-    rank, attempt = by_name[calls.step[order]], calls.attempt[order]
+    names = ("request", "start", "step", "attempt")
+    cols = {name: getattr(calls, name)[order] for name in names}
+    request, start, attempt = cols["request"], cols["start"], cols["attempt"]
+    rank = by_name.astype(np.int32)[cols["step"]]
     same_run = request[1:] == request[:-1]
     later = start[1:] > start[:-1]
     tied = start[1:] == start[:-1]
     after = (rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (attempt[1:] > attempt[:-1]))
     if np.all(~same_run | later | (tied & after)):
-        return order
-    return np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+        return order, cols
+    order = np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+    return order, {name: getattr(calls, name)[order] for name in names}
 
 
 def _first_signal(calls: CallArrays, arrival: np.ndarray, n: int) -> np.ndarray:
