@@ -116,8 +116,8 @@ class CallArrays:
 
 @dataclass
 class _Chunk:
-    """The calls of one call slot (step, attempt) for some requests: their uninterrupted lives
-    (kept for the runs a failure closes early) and their final columns as if no run closed."""
+    """The calls of one call slot (step, attempt) for some requests, as lived uninterrupted
+    but for the policy's and the deadline's cancellations; `_CallLog.columns` finishes them."""
 
     rows: np.ndarray  # request indices (int64)
     step: int
@@ -335,8 +335,8 @@ class VectorizedSimulation:
     def _uniforms(self, step: str, attempt: int, rows: np.ndarray) -> np.ndarray:
         """The bank's uniform block of this call slot, or only its rows `rows` (in their order)
         when they are few: drawn from the same stream, jumping over the rows not needed
-        (`_SPARSE_ROWS`), as the bank would draw the whole block. Checked once per slot
-        against a small bank of the same streams; otherwise the bank's block."""
+        (`_SPARSE_ROWS`), as the bank would draw the whole block. Checked for each slot
+        against a two-row bank of the same streams; otherwise the bank's block."""
         bank = self.bank
         if type(bank) is not CallDrawBank or len(rows) * _SPARSE_ROWS > bank.n_requests:
             return bank.uniforms(step, attempt, 0)
