@@ -15,10 +15,12 @@ seen together; a step failing a run cancels every call of the run still in fligh
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtri
 
 from sim.config import Scenario
 from sim.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY
@@ -32,7 +34,10 @@ from sim.latency import (
     U_STALL,
     U_STALL_EXTRA,
     U_TTFT,
+    UNIFORMS_PER_CALL,
     CallLatency,
+    Distribution,
+    LogNormal,
 )
 from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS
 from sim.policies import Attempt, Hedge, Policy, Race, Sequential
@@ -72,6 +77,9 @@ S_NONE, S_OK, S_FAILED, S_DEADLINE = (
 
 #: Rows of each draw block checked against `CallLatency.draw` itself (a changed law falls back).
 _PROBE_ROWS = 16
+#: A call slot needed by at most one request in this many draws only those requests' uniforms
+#: (a jump and a draw per row costs about what drawing this many rows does).
+_SPARSE_ROWS = 200
 
 
 class UnsupportedError(Exception):
@@ -106,36 +114,86 @@ class CallArrays:
     ended_by: np.ndarray  # int8 index into ENDED_BY: what ended it early (0: nothing)
 
 
-class _CallLog:
-    """Calls as they are computed, in column chunks; cancellations are applied at the end."""
+@dataclass
+class _Chunk:
+    """The calls of one call slot (step, attempt) for some requests, as lived uninterrupted
+    but for the policy's and the deadline's cancellations; `_CallLog.columns` finishes them."""
 
-    FIELDS = (
-        "request", "step", "attempt", "provider", "model", "start", "natural_end", "kind",
-        "drawn", "ttft", "generating", "cancel_at",
-    )  # fmt: skip
-    FLOATS = frozenset({"start", "natural_end", "ttft", "generating", "cancel_at"})
+    rows: np.ndarray  # request indices (int64)
+    step: int
+    attempt: int
+    provider: int
+    model: int
+    start: np.ndarray
+    natural: np.ndarray  # natural end (or cut at give-up)
+    kind: np.ndarray  # K_NATURAL / K_CUT / K_UNSERVED
+    drawn: np.ndarray  # drawn outcome (sim.latency OK / ERROR / INVALID)
+    ttft: np.ndarray  # drawn first token
+    generating: np.ndarray  # drawn generation plus stall
+    cancel_at: np.ndarray  # the policy's or the deadline's cancellation (inf: none)
+    deadline: np.ndarray  # the run's deadline
+    input_tokens: int
+    output_tokens: int
+
+
+#: Raw fields of a chunk that `VectorizedSimulation._settle` reads.
+_RAW = ("start", "natural", "kind", "drawn", "ttft", "generating", "cancel_at", "deadline")
+_DTYPES = {
+    "request": np.int64, "step": np.int32, "attempt": np.int32, "provider": np.int32,
+    "model": np.int32, "start": float, "end": float, "ttft": float, "outcome": np.int8,
+    "billed_input": np.int64, "billed_output": np.int64, "cost": float,
+    "quota_tokens": np.int64, "ended_by": np.int8,
+}  # fmt: skip
+
+
+class _CallLog:
+    """Calls as they are computed, one chunk per call slot and set of requests."""
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[np.ndarray | int, ...]] = []
+        self.chunks: list[_Chunk] = []
 
-    def add(self, *columns: np.ndarray | int) -> None:
-        self.chunks.append(columns)
+    def add(self, chunk: _Chunk) -> None:
+        self.chunks.append(chunk)
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """Each field over all chunks; a field given as one number per chunk is repeated."""
-        sizes = [len(c[0]) for c in self.chunks]  # type: ignore[arg-type]
-        out = {}
-        for i, name in enumerate(self.FIELDS):
-            parts = [c[i] for c in self.chunks]
-            if parts and all(np.isscalar(p) for p in parts):
-                out[name] = np.repeat(np.asarray(parts, dtype=np.int32), sizes)
-            elif parts:
-                out[name] = np.concatenate(
-                    [np.broadcast_to(p, (k,)) for p, k in zip(parts, sizes, strict=True)]
-                )
-            else:
-                out[name] = np.zeros(0, dtype=float if name in self.FLOATS else np.int64)
+    def columns(
+        self, final: Callable[[_Chunk, dict[str, np.ndarray]], None]
+    ) -> dict[str, np.ndarray]:
+        """Every CallArrays column over all chunks, in chunk order: each chunk's slice written
+        in place by `final(chunk, its slices)` (no per-chunk temporaries to concatenate)."""
+        total = sum(len(c.rows) for c in self.chunks)
+        out = {name: np.empty(total, dtype=dtype) for name, dtype in _DTYPES.items()}
+        offset = 0
+        for c in self.chunks:
+            k = offset + len(c.rows)
+            part = {name: values[offset:k] for name, values in out.items()}
+            part["request"][:] = c.rows
+            part["step"].fill(c.step)
+            part["attempt"].fill(c.attempt)
+            part["provider"].fill(c.provider)
+            part["model"].fill(c.model)
+            part["start"][:] = c.start
+            final(c, part)
+            offset = k
         return out
+
+    def gather(self, which: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(positions in `columns()`, raw fields plus request, step and model) of the calls of
+        the requests where `which` (a boolean per request) is true."""
+        positions, parts, offset = [], [], 0
+        for c in self.chunks:
+            local = np.flatnonzero(which[c.rows])
+            if len(local):
+                positions.append(local + offset)
+                part = {name: getattr(c, name)[local] for name in _RAW}
+                part["request"] = c.rows[local]
+                for name in ("step", "model"):
+                    part[name] = np.full(len(local), getattr(c, name), dtype=np.int64)
+                parts.append(part)
+            offset += len(c.rows)
+        if not parts:
+            return np.zeros(0, dtype=np.int64), {}
+        fields = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        return np.concatenate(positions), fields
 
 
 @dataclass
@@ -170,6 +228,14 @@ class VectorizedSimulation:
         self.models = list(scenario.models)
         self.billing = scenario.billing.cancelled
         self.log = _CallLog()
+        #: Per model (in `models` order): (input, output) dollars per token.
+        self._prices = [
+            (
+                scenario.models[m].price_per_mtok.input / 1e6,
+                scenario.models[m].price_per_mtok.output / 1e6,
+            )
+            for m in self.models
+        ]
         self._probed: set[tuple[str, int, str, str, int]] = set()
 
     # ------------------------------------------------------------------ driving
@@ -195,17 +261,20 @@ class VectorizedSimulation:
         last = np.zeros((count, n), dtype=np.int8)
         for j in topological_order(steps):
             step = steps[j]
-            if step.depends_on:
+            if len(step.depends_on) == 1:  # a chain: no stacking
+                ready, at = state[step.depends_on[0]] == S_OK, end[step.depends_on[0]]
+            elif step.depends_on:
                 ready = np.logical_and.reduce([state[d] == S_OK for d in step.depends_on])
                 at = np.max([end[d] for d in step.depends_on], axis=0)
             else:
                 ready, at = np.ones(n, dtype=bool), arrival
             rows = np.flatnonzero(ready)
-            start[j, rows] = at[rows]
+            np.copyto(start[j], at, where=ready)
             if not len(rows):
                 continue
             result = self._step(step, rows, at[rows], deadline[rows])
-            state[j, rows], end[j, rows], last[j, rows] = result.state, result.end, result.last
+            # rows are where `ready` is true, in order: a mask puts them back (no index scatter)
+            state[j][ready], end[j][ready], last[j][ready] = result.state, result.end, result.last
         runs = self._resolve_runs(arrival, deadline, start, end, state, last)
         closed_at, failing = runs.pop("_closed_early"), runs.pop("_failing_step")
         calls, unclear = self._finish_calls(closed_at, failing, deadline)
@@ -230,28 +299,66 @@ class VectorizedSimulation:
 
     def _draws(
         self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(first token, generation, stall, drawn outcome) of this call slot for `rows`: the
-        bank's uniforms transformed as `CallLatency.draw` does (checked against it)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(first token, generation, which rows stall, their stalls, drawn outcome) of this call
+        slot for `rows`: the bank's uniforms transformed as `CallLatency.draw` does (checked
+        against it). Only the columns used are gathered, and only the stalled rows' extra."""
         latency = self.latencies[(plan.provider, plan.model)]
-        block = self.bank.uniforms(step.id, attempt, 0)
-        u = block if len(rows) == len(block) else block[rows]  # rows: sorted, unique
-        ttft = latency.ttft.from_uniform(u[:, U_TTFT])
-        speed = latency.tokens_per_s.from_uniform(u[:, U_SPEED])
-        generation = step.output_tokens / np.maximum(speed, 1e-9)
-        stall = np.zeros(len(u))
+        block = self._uniforms(step.id, attempt, rows)
+        aligned = len(rows) == len(block)  # row i of the block is rows[i] (sorted, unique)
+
+        def column(c: int, which: np.ndarray | None = None) -> np.ndarray:
+            if which is None:
+                return block[:, c] if aligned else block[rows, c]
+            return block[which if aligned else rows[which], c]
+
+        ttft = _transform(latency.ttft, column(U_TTFT))
+        generation = _transform(latency.tokens_per_s, column(U_SPEED))
+        np.maximum(generation, 1e-9, out=generation)
+        np.divide(step.output_tokens, generation, out=generation)
         if latency.stall_extra is not None and latency.stall_probability > 0:
-            stalled = np.flatnonzero(u[:, U_STALL] < latency.stall_probability)
-            stall[stalled] = latency.stall_extra.from_uniform(u[stalled, U_STALL_EXTRA])
-        v = u[:, U_OUTCOME]
-        drawn = np.full(len(u), OK, dtype=np.int8)
+            stalled = np.flatnonzero(column(U_STALL) < latency.stall_probability)
+            extra = latency.stall_extra.from_uniform(column(U_STALL_EXTRA, stalled))
+        else:
+            stalled, extra = np.zeros(0, dtype=np.int64), np.zeros(0)
+        v = column(U_OUTCOME)
+        drawn = np.full(len(rows), OK, dtype=np.int8)
         drawn[v < latency.error_rate + latency.invalid_rate] = INVALID
         drawn[v < latency.error_rate] = ERROR
         key = (step.id, attempt, plan.provider, plan.model, step.output_tokens)
         if key not in self._probed:
-            self._probe(latency, u, step.output_tokens, (ttft, generation, stall, drawn))
+            k = min(len(rows), _PROBE_ROWS)
+            stall = np.zeros(k)
+            head = stalled < k
+            stall[stalled[head]] = extra[head]
+            u = block[:k] if aligned else block[rows[:k]]
+            mine = (ttft[:k], generation[:k], stall, drawn[:k])
+            self._probe(latency, u, step.output_tokens, mine)
             self._probed.add(key)
-        return ttft, generation, stall, drawn
+        return ttft, generation, stalled, extra, drawn
+
+    def _uniforms(self, step: str, attempt: int, rows: np.ndarray) -> np.ndarray:
+        """The bank's uniform block of this call slot, or only its rows `rows` (in their order)
+        when they are few: drawn from the same stream, jumping over the rows not needed
+        (`_SPARSE_ROWS`), as the bank would draw the whole block. Checked for each slot
+        against a two-row bank of the same streams; otherwise the bank's block."""
+        bank = self.bank
+        if type(bank) is not CallDrawBank or len(rows) * _SPARSE_ROWS > bank.n_requests:
+            return bank.uniforms(step, attempt, 0)
+        generator = bank.streams.generator("call", step, attempt, 0)
+        bits = generator.bit_generator
+        if not isinstance(bits, np.random.PCG64):
+            return bank.uniforms(step, attempt, 0)
+        check = CallDrawBank(bank.streams, 2).uniforms(step, attempt, 0)
+        if not np.array_equal(generator.random(check.shape), check):
+            return bank.uniforms(step, attempt, 0)
+        out = np.empty((len(rows), UNIFORMS_PER_CALL))
+        drawn = check.size  # doubles drawn so far (one 64-bit step each)
+        for i, row in enumerate(rows.tolist()):
+            bits.advance(row * UNIFORMS_PER_CALL - drawn)
+            out[i] = generator.random(UNIFORMS_PER_CALL)
+            drawn = (row + 1) * UNIFORMS_PER_CALL
+        return out
 
     @staticmethod
     def _probe(
@@ -260,12 +367,12 @@ class VectorizedSimulation:
         output_tokens: int,
         ours: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     ) -> None:
-        """Check the first rows against `CallLatency.draw`: a changed law must not go unseen."""
-        k = min(len(u), _PROBE_ROWS)
-        theirs = latency.draw(u[:k], output_tokens)
+        """Check the first rows (`u`) against `CallLatency.draw`: a changed law must not go
+        unseen."""
+        theirs = latency.draw(u, output_tokens)
         expected = (theirs.ttft, theirs.generation, theirs.stall, theirs.outcome)
         for mine, reference in zip(ours, expected, strict=True):
-            if not np.array_equal(mine[:k], np.asarray(reference, dtype=mine.dtype)):
+            if not np.array_equal(mine, np.asarray(reference, dtype=mine.dtype)):
                 raise UnsupportedError("CallLatency.draw no longer matches the vector transform")
 
     def _attempt(
@@ -273,19 +380,29 @@ class VectorizedSimulation:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
         """One call slot started at `start`, uninterrupted (as `Provider.call` with a free slot):
         (natural end, kind, outcome code, (drawn, ttft, generating) for billing)."""
-        ttft, generation, stall, drawn = self._draws(step, attempt, plan, rows)
-        service = np.where(drawn != OK, ttft, ttft + generation + stall)
+        ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows)
+        # service: ttft + generation + stall (summed in that order), ttft alone if it failed
+        service = ttft + generation
+        generating = generation  # ours to change: generation + stall
+        if len(stalled):
+            service[stalled] += extra
+            generating[stalled] += extra
+        np.copyto(service, ttft, where=drawn != OK)
         give_up = plan.give_up_after
+        kind = np.zeros(len(rows), dtype=np.int8)  # K_NATURAL
         if give_up is None:
-            natural, kind = start + service, np.full(len(rows), K_NATURAL, dtype=np.int8)
+            natural = np.add(start, service, out=service)
         elif give_up <= _SAME_INSTANT:  # granted its slot at its give-up instant: cut unserved
-            natural, kind = start.copy(), np.full(len(rows), K_UNSERVED, dtype=np.int8)
+            natural = start.copy()
+            kind.fill(K_UNSERVED)
         else:
-            cut = service > give_up
-            natural = np.where(cut, start + give_up, start + service)
-            kind = np.where(cut, K_CUT, K_NATURAL).astype(np.int8)
-        outcome = np.where(kind == K_NATURAL, _DRAWN_OUTCOME[drawn], O_TIMEOUT).astype(np.int8)
-        return natural, kind, outcome, (drawn, ttft, generation + stall)
+            cut = np.flatnonzero(service > give_up)
+            natural = np.add(start, service, out=service)
+            natural[cut] = start[cut] + give_up
+            kind[cut] = K_CUT
+        outcome = _DRAWN_OUTCOME[drawn]
+        outcome[kind != K_NATURAL] = O_TIMEOUT
+        return natural, kind, outcome, (drawn, ttft, generating)
 
     def _log(
         self,
@@ -298,22 +415,60 @@ class VectorizedSimulation:
         kind: np.ndarray,
         billing: tuple[np.ndarray, ...],
         cancel_at: np.ndarray,
+        deadline: np.ndarray,
     ) -> None:
+        """Record one call slot's calls for `rows` (deadline: their runs' deadlines)."""
         drawn, ttft, generating = billing
-        self.log.add(
-            rows,
-            step.index,
-            attempt,
-            self.providers.index(plan.provider),
-            self.models.index(plan.model),
-            start,
-            natural,
-            kind,
-            drawn,
-            ttft,
-            generating,
-            cancel_at,
-        )
+        provider, model = self.providers.index(plan.provider), self.models.index(plan.model)
+        chunk = _Chunk(
+            rows, step.index, attempt, provider, model, start, natural, kind, drawn, ttft,
+            generating, cancel_at, deadline, step.input_tokens, step.output_tokens,
+        )  # fmt: skip
+        self.log.add(chunk)
+
+    def _final(self, chunk: _Chunk, out: dict[str, np.ndarray]) -> None:
+        """Write the final columns of a chunk's calls into `out`, no run closed early: a call
+        that ran to its natural end follows from its drawn outcome alone (a lookup); the others
+        (cancelled, cut) are settled as `_settle` does."""
+        drawn = chunk.drawn
+        price_in, price_out = self._prices[chunk.model]
+        ins, outs = np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64)  # by drawn
+        ins[[OK, INVALID]], outs[OK] = chunk.input_tokens, chunk.output_tokens
+        out["end"][:] = chunk.natural
+        out["ttft"][:] = chunk.ttft
+        out["ttft"][drawn == ERROR] = np.nan
+        np.take(_DRAWN_OUTCOME, drawn, out=out["outcome"])
+        np.take(ins, drawn, out=out["billed_input"])
+        np.take(outs, drawn, out=out["billed_output"])
+        np.take(ins * price_in + outs * price_out, drawn, out=out["cost"])
+        out["quota_tokens"].fill(chunk.input_tokens + chunk.output_tokens)
+        out["ended_by"].fill(E_NONE)
+        cancel_at = chunk.cancel_at
+        cancelled = cancel_at < np.inf
+        odd = chunk.kind != K_NATURAL  # cut at give-up or unserved
+        if self.billing != "elapsed" and cancelled.any():
+            # cancelled (by the deadline or as a loser): billed in full or not at all, so a
+            # mask over the chunk does it, no gathers
+            _select(out["end"], cancelled, cancel_at)
+            _select(out["ttft"], cancelled, np.nan)
+            _select(out["outcome"], cancelled, O_CANCELLED)
+            _select(out["ended_by"], cancelled, E_LOSER)
+            _select(out["ended_by"], cancelled & (cancel_at == chunk.deadline), E_DEADLINE)
+            # billed only if it held its slot for some time (and billing is "full")
+            free = cancelled if self.billing == "none" else cancelled & ~(cancel_at > chunk.start)
+            for name in ("billed_input", "billed_output", "cost"):
+                _select(out[name], free, 0)
+            odd &= ~cancelled
+        else:
+            odd |= cancelled
+        special = np.flatnonzero(odd)
+        if len(special):
+            settled = self._settle(
+                {name: getattr(chunk, name)[special] for name in _RAW},
+                np.int64(chunk.input_tokens), np.int64(chunk.output_tokens), price_in, price_out,
+            )  # fmt: skip
+            for name, values in settled.items():
+                out[name][special] = values
 
     # ------------------------------------------------------------------ policies
 
@@ -327,28 +482,41 @@ class VectorizedSimulation:
     ) -> _StepResult:
         """wait / cut / downshift: attempts one after another, the next at the previous end.
         A call still going at the deadline (or ending exactly at it) is cancelled there."""
-        m = len(rows)
-        state, end, last = np.zeros(m, np.int8), np.full(m, np.nan), np.zeros(m, np.int8)
-        pos, t = np.arange(m), start.copy()
-        for k, plan in enumerate(plans):
-            natural, kind, outcome, billing = self._attempt(step, k, plan, rows[pos], t[pos])
-            dl = deadline[pos]
+        m, final = len(rows), len(plans) - 1
+        last = np.zeros(m, np.int8)
+        # The first attempt runs for every row (no gathers); `end` starts as its resolution,
+        # a row that failed it being resolved again by a later attempt.
+        natural, kind, outcome, billing = self._attempt(step, 0, plans[0], rows, start)
+        cancelled = natural >= deadline
+        cancel_at = np.where(cancelled, deadline, np.inf)
+        self._log(step, 0, plans[0], rows, start, natural, kind, billing, cancel_at, deadline)
+        won = ~cancelled & (outcome == O_OK)
+        failed = ~cancelled & ~won
+        state = np.zeros(m, np.int8)
+        np.copyto(state, S_OK, where=won)
+        np.copyto(state, S_DEADLINE, where=cancelled)
+        end = np.minimum(natural, cancel_at)  # the deadline where cancelled (natural >= it)
+        pos = np.flatnonzero(failed)
+        if final == 0:
+            state[pos], last[pos] = S_FAILED, outcome[pos]
+            return _StepResult(state, end, last)
+        t = natural[pos]  # the later attempts: rows `pos`, starting at `t`
+        for k, plan in enumerate(plans[1:], start=1):
+            if not len(pos):
+                break
+            its, dl = rows[pos], deadline[pos]
+            natural, kind, outcome, billing = self._attempt(step, k, plan, its, t)
             cancelled = natural >= dl
-            self._log(
-                step, k, plan, rows[pos], t[pos], natural, kind, billing,
-                np.where(cancelled, dl, np.inf),
-            )  # fmt: skip
+            cancel_at = np.where(cancelled, dl, np.inf)
+            self._log(step, k, plan, its, t, natural, kind, billing, cancel_at, dl)
             won = ~cancelled & (outcome == O_OK)
             failed = ~cancelled & ~won
             state[pos[cancelled]], end[pos[cancelled]] = S_DEADLINE, dl[cancelled]
             state[pos[won]], end[pos[won]] = S_OK, natural[won]
-            if k == len(plans) - 1:
+            if k == final:
                 state[pos[failed]], end[pos[failed]] = S_FAILED, natural[failed]
                 last[pos[failed]] = outcome[failed]
-            pos = pos[failed]
-            t[pos] = natural[failed]
-            if not len(pos):
-                break
+            pos, t = pos[failed], natural[failed]
         return _StepResult(state, end, last)
 
     def _race(
@@ -364,40 +532,48 @@ class VectorizedSimulation:
         starts the next as its last attempt ends."""
         m = len(rows)
         state, end, last = np.zeros(m, np.int8), np.full(m, np.nan), np.zeros(m, np.int8)
-        pos, t, attempt = np.arange(m), start.copy(), 0
+        pos: np.ndarray | None = None  # the rows still racing (None: all, the first round)
+        its, at, dl, attempt = rows, start, deadline, 0
         for r, plans in enumerate(rounds):
-            at, dl, its = t[pos], deadline[pos], rows[pos]
             lives = [self._attempt(step, attempt + j, p, its, at) for j, p in enumerate(plans)]
-            naturals = np.stack([life[0] for life in lives])
-            outcomes = np.stack([life[2] for life in lives])
-            first_ok = np.where(outcomes == O_OK, naturals, np.inf).min(axis=0)
+            naturals, outcomes = [life[0] for life in lives], [life[2] for life in lives]
+            first_ok = np.where(outcomes[0] == O_OK, naturals[0], np.inf)
+            last_end = naturals[0]
+            for natural, outcome in zip(naturals[1:], outcomes[1:], strict=True):
+                np.minimum(first_ok, np.where(outcome == O_OK, natural, np.inf), out=first_ok)
+                last_end = np.maximum(last_end, natural)
             any_ok = first_ok < np.inf
-            last_end = naturals.max(axis=0)
             round_end = np.where(any_ok, first_ok, last_end)
             hit = round_end >= dl
             won = any_ok & ~hit
             for j, plan in enumerate(plans):
                 natural, kind, _, billing = lives[j]
-                cancel_at = np.where(
-                    hit & (natural >= dl),
-                    dl,
-                    np.where(won & (natural > first_ok), first_ok, np.inf),
-                )
-                self._log(step, attempt + j, plan, its, at, natural, kind, billing, cancel_at)
+                cancel_at = np.full(len(natural), np.inf)
+                _select(cancel_at, won & (natural > first_ok), first_ok)  # losers: half, at random
+                _select(cancel_at, hit & (natural >= dl), dl)
+                self._log(step, attempt + j, plan, its, at, natural, kind, billing, cancel_at, dl)
             attempt += len(plans)
-            state[pos[hit]], end[pos[hit]] = S_DEADLINE, dl[hit]
-            state[pos[won]], end[pos[won]] = S_OK, first_ok[won]
-            failed = ~any_ok & ~hit
-            if r == len(rounds) - 1:
+            if pos is None:
+                np.copyto(state, S_DEADLINE, where=hit)
+                np.copyto(end, dl, where=hit)
+                np.copyto(state, S_OK, where=won)
+                np.copyto(end, first_ok, where=won)
+            else:
+                state[pos[hit]], end[pos[hit]] = S_DEADLINE, dl[hit]
+                state[pos[won]], end[pos[won]] = S_OK, first_ok[won]
+            failed = np.flatnonzero(~any_ok & ~hit)
+            lost = failed if pos is None else pos[failed]
+            if r == len(rounds) - 1 and len(failed):
                 # the reason is the outcome of the attempt that ended last (ties: started last)
-                latest = len(plans) - 1 - np.argmax(naturals[::-1], axis=0)
-                reason = outcomes[latest, np.arange(len(pos))]
-                state[pos[failed]], end[pos[failed]] = S_FAILED, last_end[failed]
-                last[pos[failed]] = reason[failed]
-            pos = pos[failed]
-            t[pos] = last_end[failed]
-            if not len(pos):
+                ends = np.stack([natural[failed] for natural in naturals])
+                latest = len(plans) - 1 - np.argmax(ends[::-1], axis=0)
+                reason = np.stack([outcome[failed] for outcome in outcomes])
+                state[lost], end[lost] = S_FAILED, last_end[failed]
+                last[lost] = reason[latest, np.arange(len(failed))]
+            if not len(failed):
                 break
+            pos, at = lost, last_end[failed]
+            its, dl = rows[pos], deadline[pos]
         return _StepResult(state, end, last)
 
     def _hedge(
@@ -481,7 +657,7 @@ class VectorizedSimulation:
             p = np.flatnonzero(fired > c)
             self._log(
                 step, c, plan, rows[p], begun[p, c], natural[p, c], kind[p, c],
-                (drawn[p, c], ttft[p, c], generating[p, c]), cancel[p, c],
+                (drawn[p, c], ttft[p, c], generating[p, c]), cancel[p, c], deadline[p],
             )  # fmt: skip
         return _StepResult(state, end, last)
 
@@ -511,7 +687,8 @@ class VectorizedSimulation:
         for j in topological_order(steps):
             if critical[j]:
                 earlier = (state[j] == S_FAILED) & (end[j] < fail_at)
-                fail_at[earlier], fail_step[earlier] = end[j, earlier], j
+                np.copyto(fail_at, end[j], where=earlier)
+                np.copyto(fail_step, j, where=earlier)
         early = fail_at < np.inf
         late = ~early & (state == S_DEADLINE).any(axis=0)
         ok = ~early & ~late
@@ -520,7 +697,8 @@ class VectorizedSimulation:
         latest = np.full(n, -np.inf)
         for j in range(len(steps)):
             newer = (state[j] != S_NONE) & (start[j] >= latest)
-            running[newer], latest[newer] = j, start[j, newer]
+            np.copyto(running, j, where=newer)
+            np.copyto(latest, start[j], where=newer)
         finished = np.fmax.reduce(np.where(state == S_NONE, np.nan, end), axis=0)
         run_end = np.where(ok, finished, np.where(early, fail_at, deadline))
         ids = np.asarray([s.id for s in steps] + [""], dtype=object)
@@ -551,24 +729,57 @@ class VectorizedSimulation:
         failure coincides with an event of another branch (a call ending or starting at that
         very instant): which came first is simpy's event order, so the event engine replays
         them."""
-        col = self.log.columns()
-        request, start, natural = col["request"], col["start"], col["natural_end"]
-        cancel_at = col["cancel_at"]
+        col = self.log.columns(self._final)
+        which = closed_at < np.inf
+        if not which.any():
+            return CallArrays(**col), np.zeros(0, dtype=np.int64)
+        # only the calls of runs a failure closed early change: redo them from their lives
+        at, raw = self.log.gather(which)
+        request, start, natural = raw["request"], raw["start"], raw["natural"]
         closed = closed_at[request]
-        other_branch = col["step"] != failing[request]
-        coincide = other_branch & ((start == closed) | (np.minimum(natural, cancel_at) == closed))
+        other_branch = raw["step"] != failing[request]
+        coincide = other_branch & (
+            (start == closed) | (np.minimum(natural, raw["cancel_at"]) == closed)
+        )
         unclear = np.unique(request[coincide])
+        steps = self.workflow.steps
+        input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[raw["step"]]
+        output_tokens = np.asarray([s.output_tokens for s in steps], dtype=np.int64)[raw["step"]]
+        prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
+        settled = self._settle(
+            {name: raw[name] for name in _RAW},
+            input_tokens, output_tokens, prices[:, 0], prices[:, 1], closed,
+        )  # fmt: skip
+        for name, values in settled.items():
+            col[name][at] = values
         keep = start <= closed  # calls a failed run never started are dropped
         if not keep.all():
-            col = {k: v[keep] for k, v in col.items()}
-            request, start, natural = col["request"], col["start"], col["natural_end"]
-            cancel_at, closed = col["cancel_at"], closed[keep]
-        in_flight = np.minimum(natural, cancel_at) > closed
-        by_deadline = cancel_at == deadline[request]  # else a loser's (before its deadline)
-        cancel_at = np.where(in_flight, closed, cancel_at)
+            kept = np.ones(len(col["request"]), dtype=bool)
+            kept[at[~keep]] = False
+            col = {name: values[kept] for name, values in col.items()}
+        return CallArrays(**col), unclear
+
+    def _settle(
+        self,
+        raw: dict[str, np.ndarray],
+        input_tokens: np.ndarray,
+        output_tokens: np.ndarray,
+        price_in: np.ndarray | float,
+        price_out: np.ndarray | float,
+        closed: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The final columns of calls from their lives (`_RAW` fields), their runs closed at
+        `closed` (None: never early): cancellations applied, `ended_by` named, billed."""
+        start, natural, kind, drawn = raw["start"], raw["natural"], raw["kind"], raw["drawn"]
+        cancel_at = raw["cancel_at"]
+        by_deadline = cancel_at == raw["deadline"]  # else a loser's (before its deadline)
+        if closed is None:
+            in_flight = np.zeros(len(start), dtype=bool)
+        else:
+            in_flight = np.minimum(natural, cancel_at) > closed
+            cancel_at = np.where(in_flight, closed, cancel_at)
         cancelled = cancel_at < np.inf
         end = np.where(cancelled, cancel_at, natural)
-        kind, drawn = col["kind"], col["drawn"]
         outcome = np.where(
             cancelled,
             O_CANCELLED,
@@ -579,41 +790,25 @@ class VectorizedSimulation:
             [E_RUN, E_DEADLINE, E_LOSER, E_ATTEMPT],
             E_NONE,
         ).astype(np.int8)
-        steps = self.workflow.steps
-        input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[col["step"]]
-        output_tokens = np.asarray([s.output_tokens for s in steps], dtype=np.int64)[col["step"]]
         ran = ~cancelled & (kind == K_NATURAL)
-        billed_in = np.where(ran & (drawn != ERROR), input_tokens, 0)
-        billed_out = np.where(ran & (drawn == OK), output_tokens, 0)
+        billed_in = np.where(ran & (drawn != ERROR), input_tokens, 0).astype(np.int64)
+        billed_out = np.where(ran & (drawn == OK), output_tokens, 0).astype(np.int64)
         # stopped after holding a slot for some time: cut at give-up, or cancelled
         stopped = (~cancelled & (kind == K_CUT)) | (cancelled & (end > start))
         cut_in, cut_out = self._bill_cut(
-            drawn, col["ttft"], col["generating"], end - start, input_tokens, output_tokens
+            drawn, raw["ttft"], raw["generating"], end - start, input_tokens, output_tokens
         )
         billed_in = np.where(stopped, cut_in, billed_in)
         billed_out = np.where(stopped, cut_out, billed_out)
-        price_in = np.asarray(
-            [self.scenario.models[m].price_per_mtok.input / 1e6 for m in self.models]
-        )[col["model"]]
-        price_out = np.asarray(
-            [self.scenario.models[m].price_per_mtok.output / 1e6 for m in self.models]
-        )[col["model"]]
-        return CallArrays(
-            request=request.astype(np.int64),
-            step=col["step"].astype(np.int32),
-            attempt=col["attempt"].astype(np.int32),
-            provider=col["provider"].astype(np.int32),
-            model=col["model"].astype(np.int32),
-            start=start,
-            end=end,
-            ttft=np.where(ran & (drawn != ERROR), col["ttft"], np.nan),
-            outcome=outcome,
-            billed_input=billed_in,
-            billed_output=billed_out,
-            cost=billed_in * price_in + billed_out * price_out,
-            quota_tokens=input_tokens + output_tokens,
-            ended_by=ended_by,
-        ), unclear
+        return {
+            "end": end,
+            "ttft": np.where(ran & (drawn != ERROR), raw["ttft"], np.nan),
+            "outcome": outcome,
+            "billed_input": billed_in,
+            "billed_output": billed_out,
+            "cost": billed_in * price_in + billed_out * price_out,
+            "ended_by": ended_by,
+        }
 
     def _replay(
         self,
@@ -688,6 +883,34 @@ class VectorizedSimulation:
 # ---------------------------------------------------------------------------- helpers
 
 
+def _select(out: np.ndarray, mask: np.ndarray, value: np.ndarray | float) -> None:
+    """`out[mask] = value[mask]` (or `value`, a number) in place. Few rows go by index; many
+    (a race's losers: half the rows, at random) by integer arithmetic on the bits, which has no
+    per-row branch to mispredict and sets the very same bits."""
+    count = np.count_nonzero(mask)
+    if count * 16 < len(out):
+        if count:
+            rows = np.flatnonzero(mask)
+            out[rows] = value if np.ndim(value) == 0 else value[rows]  # type: ignore[index]
+        return
+    kind = np.dtype(f"i{out.dtype.itemsize}")
+    bits = out.view(kind)
+    change = np.asarray(value, dtype=out.dtype).view(kind) - bits  # wraps around: exact
+    change *= mask
+    bits += change
+
+
+def _transform(dist: Distribution, u: np.ndarray) -> np.ndarray:
+    """`dist.from_uniform(u)` in a fresh array; a lognormal computed in place (the same
+    operations, without their temporaries)."""
+    if type(dist) is LogNormal:
+        z = ndtri(u)
+        z *= dist.sigma
+        z += dist.mu
+        return np.exp(z, out=z)
+    return np.array(dist.from_uniform(u), dtype=float)
+
+
 class _RowsBank(CallDrawBank):
     """The rows `rows` of another bank's draws, as request indices 0, 1, ... (for a replay)."""
 
@@ -758,40 +981,43 @@ def tables(
     n = len(runs["arrival"])
     ids = np.asarray([s.id for s in scenario.workflow.steps], dtype=object)
     by_name = np.argsort(np.argsort(ids.astype(str)))  # step order as strings sort
-    order = np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+    order, ordered = _call_order(calls, by_name)
     count = len(order)
 
     def strings(values: np.ndarray) -> pd.Series:
         return pd.Series(values, dtype="string")
 
-    request = calls.request[order]
+    def named(names: Sequence[str], codes: np.ndarray) -> pd.Series:
+        """`strings(names[codes])`, taken from the few names (no per-row string objects)."""
+        return pd.Series(pd.array(np.asarray(names, dtype=object), dtype="string").take(codes))
+
+    request = ordered["request"]
     call_table = pd.DataFrame(
         {
-            "policy": strings(np.full(count, policy, dtype=object)),
+            "policy": named([policy], np.zeros(count, dtype=np.intp)),
             "request_id": request,
             "resend": np.zeros(count, dtype=np.int64),
-            "step": strings(ids[calls.step[order]]),
-            "attempt": calls.attempt[order].astype(np.int64),
-            "provider": strings(
-                np.asarray(list(scenario.providers), object)[calls.provider[order]]
-            ),
-            "model": strings(np.asarray(list(scenario.models), object)[calls.model[order]]),
-            "start_s": calls.start[order],
+            "step": named(ids, ordered["step"]),
+            "attempt": ordered["attempt"].astype(np.int64),
+            "provider": named(list(scenario.providers), calls.provider[order]),
+            "model": named(list(scenario.models), calls.model[order]),
+            "start_s": ordered["start"],
             "queue_s": np.zeros(count),
             "ttft_s": calls.ttft[order],
             "end_s": calls.end[order],
-            "outcome": strings(np.asarray(OUTCOMES, dtype=object)[calls.outcome[order]]),
-            "input_tokens": calls.billed_input[order].astype(np.int64),
-            "output_tokens": calls.billed_output[order].astype(np.int64),
+            "outcome": named(OUTCOMES, calls.outcome[order]),
+            "input_tokens": calls.billed_input[order].astype(np.int64, copy=False),
+            "output_tokens": calls.billed_output[order].astype(np.int64, copy=False),
             "cost_usd": calls.cost[order],
             "retry_after_s": np.full(count, math.nan),
-            "quota_tokens": calls.quota_tokens[order].astype(np.int64),
+            "quota_tokens": calls.quota_tokens[order].astype(np.int64, copy=False),
             "sdk_retry": np.zeros(count, dtype=np.int64),  # SDK retries are never vectorized
             "valid": np.ones(count, dtype=bool),  # no validator: junk is caught, never delivered
-            "ended_by": strings(np.asarray(ENDED_BY, dtype=object)[calls.ended_by[order]]),
+            "ended_by": named(ENDED_BY, calls.ended_by[order]),
             "orphan": np.zeros(count, dtype=bool),  # the deadline propagates (whitelisted)
         },
         columns=list(CALL_COLUMNS),
+        copy=False,  # every column is a fresh array: no copy, no consolidating copy either
     )
     per_request = np.bincount(calls.request, minlength=n)
     cost = np.bincount(calls.request, weights=calls.cost, minlength=n)
@@ -801,16 +1027,16 @@ def tables(
     ok = runs["ok"]
     request_table = pd.DataFrame(
         {
-            "policy": strings(np.full(n, policy, dtype=object)),
+            "policy": named([policy], np.zeros(n, dtype=np.intp)),
             "request_id": np.arange(n, dtype=np.int64),
             "resend": np.zeros(n, dtype=np.int64),
-            "arrival_s": runs["arrival"],
+            "arrival_s": runs["arrival"].copy(),
             "latency_s": np.where(ok, runs["end"], runs["deadline"]) - runs["arrival"],
             "ok": ok.astype(bool),
             "cost_usd": cost,
             "tokens": np.rint(tokens).astype(np.int64),
             "calls": per_request.astype(np.int64),
-            "end_s": runs["end"],
+            "end_s": runs["end"].copy(),
             "fail_reason": strings(runs["fail_reason"]),
             "fail_step": strings(runs["fail_step"]),
             "valid": ok.astype(bool),
@@ -823,8 +1049,30 @@ def tables(
             "refused_starts": np.zeros(n, dtype=np.int64),
         },
         columns=list(REQUEST_COLUMNS),
+        copy=False,  # fresh arrays, as above
     )
     return VectorTables(request_table, call_table)
+
+
+def _call_order(calls: CallArrays, by_name: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The calls table's row order: by request, start, step name (`by_name`: each step's rank),
+    attempt; with the request, start, step and attempt columns in that order. The calls are
+    logged step by step, each slot's rows in request order, so a stable sort by request alone
+    usually gives it (a run's calls in time order); checked, else the full sort. Every
+    (request, step, attempt) is one call, so the order is the same either way."""
+    order = np.argsort(calls.request, kind="stable")
+    names = ("request", "start", "step", "attempt")
+    cols = {name: getattr(calls, name)[order] for name in names}
+    request, start, attempt = cols["request"], cols["start"], cols["attempt"]
+    rank = by_name.astype(np.int32)[cols["step"]]
+    same_run = request[1:] == request[:-1]
+    later = start[1:] > start[:-1]
+    tied = start[1:] == start[:-1]
+    after = (rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (attempt[1:] > attempt[:-1]))
+    if np.all(~same_run | later | (tied & after)):
+        return order, cols
+    order = np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+    return order, {name: getattr(calls, name)[order] for name in names}
 
 
 def _first_signal(calls: CallArrays, arrival: np.ndarray, n: int) -> np.ndarray:
@@ -842,6 +1090,21 @@ def _delivered_quality(scenario: Scenario, calls: CallArrays, ok: np.ndarray, n:
     event engine's `Run.quality`: its last valid answer per step); NaN for a failed run."""
     quality = np.asarray([m.quality for m in scenario.models.values()], dtype=float)
     answered = np.flatnonzero(calls.outcome == O_OK)
+    steps = len(scenario.workflow.steps)
+    request, step = calls.request[answered], calls.step[answered]
+    cell = step.astype(np.int64) * n + request  # (step, run)
+    if not len(cell) or np.bincount(cell, minlength=steps * n).max() <= 1:
+        # one valid answer per step and run at most (the usual case): it is the one kept; sum
+        # per run in step order, as the sorted bincount below adds them
+        kept = np.zeros((steps, n))
+        kept[step, request] = quality[calls.model[answered]]
+        total = np.zeros(n)
+        for row in kept:
+            total += row
+        count = np.bincount(request, minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, total / np.maximum(count, 1), 1.0)
+        return np.where(ok, mean, np.nan)
     # the answer a step kept is its valid call that ended last
     order = answered[
         np.lexsort((calls.end[answered], calls.step[answered], calls.request[answered]))

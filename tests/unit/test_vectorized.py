@@ -35,7 +35,7 @@ from sim.policies import Sequential, build_policy
 from sim.ratelimit import Quota
 from sim.scenario import scenario_from_dict
 from sim.streams import CallDrawBank, Streams
-from sim.vectorized import simulate, tables
+from sim.vectorized import VectorizedSimulation, simulate, tables
 from sim.workflow import Workflow
 
 RTOL = 1e-12
@@ -455,3 +455,19 @@ def test_cli_engine_option_run_json_and_printed_line(tmp_path: Path, write_yaml:
     forced = ["run", str(write_yaml(data)), "--out", str(tmp_path / "x"), "--engine", "vectorized"]
     result = CliRunner().invoke(main, forced)
     assert result.exit_code == 2
+
+
+def test_a_call_slot_few_requests_need_draws_only_their_rows_of_the_bank_block() -> None:
+    """Few rows jump the slot's stream to each row: exactly the bank's uniforms for them (the
+    first rows, inner ones, the last); many rows take the bank's block itself."""
+    scenario = tail_scenario()
+    steps = Workflow.from_scenario(scenario).steps
+    thresholds = resolve_thresholds(scenario, 0)["wait"]
+    runtime = build_policy("wait", scenario.policies["wait"], scenario, steps, thresholds)
+    n = 5000
+    bank = CallDrawBank(Streams(3, "main").child("calls"), n)
+    engine = VectorizedSimulation(scenario, runtime, bank)
+    for rows in ([0, 1, 2, 17, 4000, n - 1], [1], [3, 4], [n - 1]):
+        few = engine._uniforms("s2", 1, np.asarray(rows))
+        np.testing.assert_array_equal(few, bank.uniforms("s2", 1, 0)[rows])
+    assert engine._uniforms("s2", 1, np.arange(0, n, 2)) is bank.uniforms("s2", 1, 0)
