@@ -349,7 +349,8 @@ class VectorizedSimulation:
         bits = generator.bit_generator
         if not isinstance(bits, np.random.PCG64):
             return bank.uniforms(step, attempt, 0)
-        check = CallDrawBank(bank.streams, 2).uniforms(step, attempt, 0)
+        bits.advance(bank.first * UNIFORMS_PER_CALL)  # a chunk's bank starts at request `first`
+        check = CallDrawBank(bank.streams, 2, bank.first).uniforms(step, attempt, 0)
         if not np.array_equal(generator.random(check.shape), check):
             return bank.uniforms(step, attempt, 0)
         out = np.empty((len(rows), UNIFORMS_PER_CALL))

@@ -328,3 +328,16 @@ def test_a_windowed_bank_draws_what_one_bank_draws() -> None:
         assert whole.length_uniforms("s3", 0, 0)[i] == windowed.length_uniforms("s3", 0, 0)[i]
     # four accessors, each with the newest block and the two before it, plus one old block
     assert len(windowed._blocks) <= 4 * 3 + 1
+
+
+def test_chunks_of_the_real_size_give_the_numbers_of_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks big enough for the vectorized engine's sparse draws (a call slot few requests
+    need, like wait's third attempt, is drawn row by row): each chunk must draw its own rows."""
+    scenario = load_scenario(SCENARIOS / "default.yaml")
+    full = sim.run(scenario, requests=24_000, policies=["wait"], records=ALL)
+    monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 8_000)
+    tallied = sim.run(scenario, requests=24_000, policies=["wait"], records=NONE)
+    _assert_same_tables(full.summary, tallied.summary)
+    _assert_same_tables(full.breakdown, tallied.breakdown)
