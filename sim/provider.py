@@ -9,6 +9,7 @@ call stops holding its slot at once; what it is billed follows the scenario's bi
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,67 @@ class Call:
     ended_by: str = ""  # the budget or event that ended it early ("" if it ended on its own)
 
 
+class _Wake:
+    """A freed slot's wake-up in simpy's queue: when processed, it grants the head of the slot
+    queue (what processing simpy's `Release` event does), with no event object behind it."""
+
+    __slots__ = ("callbacks",)
+    _ok = True  # read by `simpy.Environment.step`: a wake-up never fails
+
+    def __init__(self, grant: Any) -> None:
+        self.callbacks = [grant]
+
+
+class Slots:
+    """A provider's `concurrency` slots: `simpy.Resource`'s grants, in its order, without its
+    events where nothing waits on them.
+
+    A call takes a free slot at once when nobody is queued (simpy would schedule a `Request`
+    event that no process waits for); otherwise it queues on a plain event, granted first in,
+    first out. A release frees the slot at once and schedules a wake-up that grants the head of
+    the queue, exactly where simpy schedules its `Release` event, so every grant happens at the
+    same point of the event order as with `simpy.Resource`.
+    """
+
+    __slots__ = ("_grant", "capacity", "count", "env", "queue")
+
+    def __init__(self, env: simpy.Environment, capacity: int) -> None:
+        self.env = env
+        self.capacity = capacity
+        self.count = 0  # slots held
+        self.queue: deque[simpy.Event] = deque()  # calls waiting for a slot, oldest first
+        self._grant = self._grant_head
+
+    def take(self) -> bool:
+        """Take a slot at once if one is free and nobody is queued before this call."""
+        if self.count < self.capacity and not self.queue:
+            self.count += 1
+            return True
+        return False
+
+    def wait(self) -> simpy.Event:
+        """Queue for a slot (after `take` said no): the event succeeds when it is granted. As a
+        new simpy request does, this grants the head of the queue if a slot is free."""
+        event = simpy.Event(self.env)
+        self.queue.append(event)
+        self._grant_head(None)
+        return event
+
+    def _grant_head(self, _: object) -> None:
+        if self.queue and self.count < self.capacity:
+            self.count += 1
+            self.queue.popleft().succeed()
+
+    def release(self) -> None:
+        """Give a held slot back; the head of the queue gets it when the wake-up is processed."""
+        self.count -= 1
+        self.env.schedule(_Wake(self._grant))  # type: ignore[arg-type]
+
+    def cancel(self, event: simpy.Event) -> None:
+        """Leave the queue (a call cut or cancelled before its grant never takes a slot)."""
+        self.queue.remove(event)
+
+
 @dataclass(frozen=True, slots=True)
 class Serving:
     """A model as this provider serves it: latency law and prices (USD per token)."""
@@ -97,7 +159,7 @@ class Provider:
     ) -> None:
         self.env = env
         self.name = name
-        self.slots = simpy.Resource(env, capacity=spec.concurrency)
+        self.slots = Slots(env, spec.concurrency)
         self.quota = _quota(spec, spec)
         self.model_quotas = {
             model: q
@@ -190,10 +252,16 @@ class Provider:
         elif not self.admit(call, charge):  # per-model quotas, or a 429 (Retry-After set)
             call.queue = 0.0
             return self._end(call, OUTCOME_RATE_LIMITED)
-        slot = self.slots.request()
+        slots = self.slots
+        granted = slots.count < slots.capacity and not slots.queue
+        slot: simpy.Event | None = None
+        if granted:  # a free slot and nobody queued: taken at once (`Slots.take`, inlined)
+            slots.count += 1
         served_at = math.nan
         try:
-            if not slot.triggered:
+            if not granted:
+                slot = slots.wait()
+            if slot is not None and not slot.triggered:
                 wait_limit = give_up_after
                 by_queue = queue_limit is not None and (
                     give_up_after is None or queue_limit < give_up_after
@@ -245,10 +313,10 @@ class Provider:
                 self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_CANCELLED)
         finally:
-            if slot.triggered:  # held a slot (or was just granted one): give it back
-                self.slots.release(slot)
+            if slot is None or slot.triggered:  # held a slot (or was just granted one)
+                slots.release()
             else:  # still queued: leave the queue, so it never takes a slot later
-                slot.cancel()
+                slots.cancel(slot)
 
     def _end(self, call: Call, outcome: str) -> Call:
         call.end = self.env.now
