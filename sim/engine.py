@@ -32,7 +32,7 @@ from sim.deadlines import (
     attempt_limit,
     rules_for,
 )
-from sim.latency import U_OUTCOME, CallLatency, LogNormal, build_distribution
+from sim.latency import U_OUTCOME, CallDraws, CallLatency, LogNormal, build_distribution
 from sim.policies import Attempt, Policy
 from sim.provider import (
     OUTCOME_CANCELLED,
@@ -221,6 +221,13 @@ class Simulation:
             for s in self.workflow.steps
             if s.length is not None
         }
+        #: Per step index: the answer's length is drawn or capped per call (else it is fixed).
+        self.shaped_steps = [
+            s.length is not None or s.max_tokens is not None for s in self.workflow.steps
+        ]
+        #: Per call slot (provider, model, step index, attempt, re-send, SDK retry): its draws
+        #: from the bank and its prefill seconds, looked up once per slot, not once per call.
+        self._slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float]] = {}
         retry = scenario.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
         self._resend_uniforms: dict[int, np.ndarray] = {}
@@ -455,16 +462,19 @@ class Simulation:
             if limits.give_up_after != plan.give_up_after:
                 plan = Attempt(plan.provider, plan.model, limits.give_up_after)
         provider = self.providers[plan.provider]
-        call, args, truncated = self._prepare(handle, provider, attempt, plan, 0)
+        call, ttft, generation, stall, drawn, truncated = self._prepare(
+            handle, provider, attempt, plan, 0
+        )
         process = self.env.active_process
         run.active.add(process)
         try:
             if handle.plain:
-                yield from provider.call(call, *args, plan.give_up_after)
+                yield from provider.call(call, ttft, generation, stall, drawn, plan.give_up_after)
             else:
                 yield from provider.call(
-                    call, *args, plan.give_up_after, limits.queue, limits.start_by, limits.service
-                )
+                    call, ttft, generation, stall, drawn, plan.give_up_after,
+                    limits.queue, limits.start_by, limits.service,
+                )  # fmt: skip
             if truncated or handle.step.validator is not None:
                 yield from self._check_answer(handle, call, truncated)
             run.calls += 1  # as `_record`, written out on the hot path
@@ -555,30 +565,34 @@ class Simulation:
 
     def _prepare(
         self, handle: _StepRun, provider: Provider, attempt: int, plan: Attempt, sdk: int
-    ) -> tuple[Call, tuple[float, float, float, int], bool]:
+    ) -> tuple[Call, float, float, float, int, bool]:
         """A call about to be sent and its draws (common random numbers): first token (plus
         prefill), generation (times the request's difficulty, scaled to this call's drawn
         answer length), stall, drawn outcome; and whether the answer will be truncated."""
         run, step = handle.run, handle.step
-        path = (plan.provider, plan.model)
-        latency = self.latencies[path]
-        tokens = step.output_tokens
-        draws = self.bank.draws(step.id, attempt, run.resend, path, latency, tokens, sdk)
+        resend = run.resend
+        slot = self._slots.get((plan.provider, plan.model, step.index, attempt, resend, sdk))
+        if slot is None:
+            slot = self._slot(step, attempt, plan, resend, sdk)
+        draws, prefill = slot
         i = run.index
         ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
-        if latency.ttft_s_per_ktok > 0:  # prefill grows with the prompt
-            ttft += latency.ttft_s_per_ktok * step.input_tokens / 1000
-        length = self.lengths.get(step.id)
-        if length is not None:  # this call's answer length; generation time scales with it
-            u = self.bank.length_uniforms(step.id, attempt, run.resend)[i]
-            tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
-            generation *= tokens / step.output_tokens
-        truncated = step.max_tokens is not None and tokens > step.max_tokens
-        if truncated:
-            generation *= step.max_tokens / tokens  # type: ignore[operator]
-            tokens = step.max_tokens  # type: ignore[assignment]
+        if prefill:  # prefill grows with the prompt
+            ttft += prefill
+        tokens = step.output_tokens
+        truncated = False
+        if self.shaped_steps[step.index]:
+            length = self.lengths.get(step.id)
+            if length is not None:  # this call's answer length; generation time scales with it
+                u = self.bank.length_uniforms(step.id, attempt, resend)[i]
+                tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
+                generation *= tokens / step.output_tokens
+            truncated = step.max_tokens is not None and tokens > step.max_tokens
+            if truncated:
+                generation *= step.max_tokens / tokens  # type: ignore[operator]
+                tokens = step.max_tokens  # type: ignore[assignment]
         call = Call(
             run,
             step.id,
@@ -593,11 +607,23 @@ class Simulation:
         if sdk:
             call.sdk_retry = sdk
         if provider.spell_error_rate > 0:
-            call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, run.resend, sdk)
+            call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, resend, sdk)
         stall = draws.stall[i]
         if self.keeps_flights:
             handle.flights[attempt] = Flight(call, ttft, generation, stall)
-        return call, (ttft, generation, stall, draws.outcome[i]), truncated
+        return call, ttft, generation, stall, draws.outcome[i], truncated
+
+    def _slot(
+        self, step: Step, attempt: int, plan: Attempt, resend: int, sdk: int
+    ) -> tuple[CallDraws, float]:
+        """Look up a call slot's draws in the bank (and its prefill seconds) and keep them."""
+        path = (plan.provider, plan.model)
+        latency = self.latencies[path]
+        draws = self.bank.draws(step.id, attempt, resend, path, latency, step.output_tokens, sdk)
+        prefill = latency.ttft_s_per_ktok * step.input_tokens / 1000
+        slot = (draws, prefill if latency.ttft_s_per_ktok > 0 else 0.0)
+        self._slots[(plan.provider, plan.model, step.index, attempt, resend, sdk)] = slot
+        return slot
 
     def _check_answer(
         self, handle: _StepRun, call: Call, truncated: bool
@@ -656,14 +682,17 @@ class Simulation:
                     break
             if run.closed:
                 break
-            call, args, truncated = self._prepare(handle, provider, attempt, plan, j)
+            call, ttft, generation, stall, drawn, truncated = self._prepare(
+                handle, provider, attempt, plan, j
+            )
             try:
                 if handle.plain:
-                    yield from provider.call(call, *args, left)
+                    yield from provider.call(call, ttft, generation, stall, drawn, left)
                 else:
                     yield from provider.call(
-                        call, *args, left, limits.queue, limits.start_by, limits.service
-                    )
+                        call, ttft, generation, stall, drawn, left,
+                        limits.queue, limits.start_by, limits.service,
+                    )  # fmt: skip
                 if truncated or handle.step.validator is not None:
                     yield from self._check_answer(handle, call, truncated)
             finally:

@@ -42,6 +42,7 @@ OUTCOMES = (
 _DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
 #: Relative tolerance under which two simulated times are the same instant (float rounding).
 _SAME_INSTANT = 1e-12
+_INF = math.inf
 
 
 @dataclass(slots=True)
@@ -285,11 +286,12 @@ class Provider:
                 if spell and drawn != ERROR and call.spell_u < self.spell_error_rate:
                     drawn = ERROR
             service = ttft if drawn != OK else ttft + generation + stall
-            left = math.inf if give_up_after is None else give_up_after - call.queue
+            queued = call.queue
+            left = _INF if give_up_after is None else give_up_after - queued
             if service_limit is not None and service_limit < left:
                 left = service_limit
                 call.ended_by = "attempt"  # kept only if this limit cuts the call
-            if left < math.inf and left <= _SAME_INSTANT * max(1.0, call.queue):
+            if left < _INF and left <= _SAME_INSTANT * (queued if queued > 1.0 else 1.0):
                 # granted its slot at its give-up instant (up to rounding): cut, never served
                 return self._end(call, OUTCOME_TIMEOUT)
             if served_at >= start_by:  # picked up too late to finish: refuses to start
@@ -298,9 +300,12 @@ class Provider:
             if service <= left:
                 call.ended_by = ""
                 yield env.timeout(service)
-                if drawn != ERROR:
+                if drawn == OK:  # an answer: billed input and output
                     call.ttft = ttft
-                self._bill(call, drawn)
+                    call.billed_input, call.billed_output = call.input_tokens, call.output_tokens
+                elif drawn == INVALID:  # junk: billed its input; an error bills nothing
+                    call.ttft = ttft
+                    call.billed_input = call.input_tokens
                 return self._end(call, _DRAWN[drawn])
             yield env.timeout(left)
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
@@ -326,14 +331,6 @@ class Provider:
             call.billed_input * serving.price_input + call.billed_output * serving.price_output
         )
         return call
-
-    @staticmethod
-    def _bill(call: Call, drawn: int) -> None:
-        """A call that ran to its end: answers bill input and output, junk input, errors nothing."""
-        if drawn == OK:
-            call.billed_input, call.billed_output = call.input_tokens, call.output_tokens
-        elif drawn == INVALID:
-            call.billed_input = call.input_tokens
 
     def _bill_cut(
         self, call: Call, drawn: int, ttft: float, generating: float, elapsed: float
