@@ -180,17 +180,29 @@ def _in_memory_order(objects: list) -> tuple[list, np.ndarray]:
     return list(itemgetter(*by_address.tolist())(objects)), by_address
 
 
-def _column(objects: list, name: str, dtype: type | np.dtype) -> np.ndarray:
-    """One attribute (dotted names reach through) of every object as an array, read in C (a
-    `map` of an `attrgetter`: no Python frame and no container per row)."""
-    return np.fromiter(map(attrgetter(name), objects), dtype, len(objects))
+#: Call attributes read into the calls table, with their types (dotted names reach the run).
+_CALL_FIELDS = (
+    ("run.index", "i8"), ("run.resend", "i8"), ("step", "O"), ("attempt", "i8"),
+    ("provider", "O"), ("model", "O"), ("start", "f8"), ("queue", "f8"), ("ttft", "f8"),
+    ("end", "f8"), ("outcome", "O"), ("billed_input", "i8"), ("billed_output", "i8"),
+    ("cost", "f8"), ("retry_after", "f8"), ("quota_tokens", "i8"), ("sdk_retry", "i8"),
+    ("valid", "?"), ("ended_by", "O"), ("run.given_up_at", "f8"),
+)  # fmt: skip
+#: Run attributes read into the requests table, with their types.
+_RUN_FIELDS = (
+    ("index", "i8"), ("resend", "i8"), ("arrival", "f8"), ("end", "f8"), ("ok", "?"),
+    ("deadline_at", "f8"), ("cost", "f8"), ("tokens", "i8"), ("calls", "i8"),
+    ("fail_reason", "O"), ("fail_step", "O"), ("valid", "?"), ("quality", "f8"),
+    ("valid_hit", "?"), ("drafts_kept", "i8"), ("drafts_upgraded", "i8"),
+    ("first_signal", "f8"), ("refused_retries", "i8"), ("refused_starts", "i8"),
+)  # fmt: skip
 
 
-def _objects(objects: list, name: str) -> np.ndarray:
-    """One attribute of every object as an object array (for string columns)."""
-    column = np.empty(len(objects), dtype=object)
-    column[:] = list(map(attrgetter(name), objects))
-    return column
+def _read(objects: list, fields: tuple[tuple[str, str], ...]) -> np.ndarray:
+    """Every listed attribute of every object, in one pass and in C (a `map` of one
+    `attrgetter` into `np.fromiter`), as a structured array with a field per attribute."""
+    dtype = np.dtype(list(fields))
+    return np.fromiter(map(attrgetter(*dtype.names), objects), dtype, len(objects))
 
 
 def _strings(values: np.ndarray, order: np.ndarray | None = None) -> pd.Series:
@@ -212,17 +224,15 @@ def calls_frame(records: Records) -> pd.DataFrame:
     step and attempt."""
     calls, position = _in_memory_order(records.calls)
     n = len(calls)
-    request_id = _column(calls, "run.index", np.int64)
-    resend = _column(calls, "run.resend", np.int64)
-    attempt = _column(calls, "attempt", np.int64)
-    start = _column(calls, "start", float)
+    c = _read(calls, _CALL_FIELDS)
+    request_id, resend, attempt, start = c["run.index"], c["run.resend"], c["attempt"], c["start"]
     # the stable sort of the records by (request_id, resend, start_s, step, attempt), as
     # sort_values does it (np.lexsort on the numbers and the steps' ranks; ties stay in the
     # records' order), done once before the columns are built
-    step_codes, step_names = pd.factorize(_objects(calls, "step"))
+    step_codes, step_names = pd.factorize(c["step"])
     rank = np.argsort(np.argsort(np.asarray(step_names, dtype=object), kind="stable"))
     order = np.lexsort((position, attempt, rank[step_codes], start, resend, request_id))
-    end = _column(calls, "end", float)
+    end = c["end"]
     frame = pd.DataFrame(
         {
             "policy": _constant(records.policy, n),
@@ -230,22 +240,22 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "resend": resend[order],
             "step": pd.Series(pd.array(step_names, dtype="string").take(step_codes[order])),
             "attempt": attempt[order],
-            "provider": _strings(_objects(calls, "provider"), order),
-            "model": _strings(_objects(calls, "model"), order),
+            "provider": _strings(c["provider"], order),
+            "model": _strings(c["model"], order),
             "start_s": start[order],
-            "queue_s": _column(calls, "queue", float)[order],
-            "ttft_s": _column(calls, "ttft", float)[order],
+            "queue_s": c["queue"][order],
+            "ttft_s": c["ttft"][order],
             "end_s": end[order],
-            "outcome": _strings(_objects(calls, "outcome"), order),
-            "input_tokens": _column(calls, "billed_input", np.int64)[order],
-            "output_tokens": _column(calls, "billed_output", np.int64)[order],
-            "cost_usd": _column(calls, "cost", float)[order],
-            "retry_after_s": _column(calls, "retry_after", float)[order],
-            "quota_tokens": _column(calls, "quota_tokens", np.int64)[order],
-            "sdk_retry": _column(calls, "sdk_retry", np.int64)[order],
-            "valid": _column(calls, "valid", bool)[order],
-            "ended_by": _strings(_objects(calls, "ended_by"), order),
-            "orphan": (end > _column(calls, "run.given_up_at", float))[order],
+            "outcome": _strings(c["outcome"], order),
+            "input_tokens": c["billed_input"][order],
+            "output_tokens": c["billed_output"][order],
+            "cost_usd": c["cost"][order],
+            "retry_after_s": c["retry_after"][order],
+            "quota_tokens": c["quota_tokens"][order],
+            "sdk_retry": c["sdk_retry"][order],
+            "valid": c["valid"][order],
+            "ended_by": _strings(c["ended_by"], order),
+            "orphan": (end > c["run.given_up_at"])[order],
         }
     )
     return frame
@@ -259,13 +269,13 @@ def requests_frame(records: Records) -> pd.DataFrame:
     `fail_reason` and `fail_step` keep what really happened."""
     runs, position = _in_memory_order(records.runs)
     n = len(runs)
-    request_id = _column(runs, "index", np.int64)
-    resend = _column(runs, "resend", np.int64)
+    r = _read(runs, _RUN_FIELDS)
+    request_id, resend = r["index"], r["resend"]
     order = np.lexsort((position, resend, request_id))  # in (request, re-send) order
-    arrival = _column(runs, "arrival", float)
-    end = _column(runs, "end", float)
-    ok = _column(runs, "ok", bool)
-    latency = np.where(ok, end, _column(runs, "deadline_at", float)) - arrival
+    arrival = r["arrival"]
+    end = r["end"]
+    ok = r["ok"]
+    latency = np.where(ok, end, r["deadline_at"]) - arrival
     return pd.DataFrame(
         {
             "policy": _constant(records.policy, n),
@@ -274,20 +284,20 @@ def requests_frame(records: Records) -> pd.DataFrame:
             "arrival_s": arrival[order],
             "latency_s": latency[order],
             "ok": ok[order],
-            "cost_usd": _column(runs, "cost", float)[order],
-            "tokens": _column(runs, "tokens", np.int64)[order],
-            "calls": _column(runs, "calls", np.int64)[order],
+            "cost_usd": r["cost"][order],
+            "tokens": r["tokens"][order],
+            "calls": r["calls"][order],
             "end_s": end[order],
-            "fail_reason": _strings(_objects(runs, "fail_reason"), order),
-            "fail_step": _strings(_objects(runs, "fail_step"), order),
-            "valid": _column(runs, "valid", bool)[order],
-            "quality": _column(runs, "quality", float)[order],
-            "valid_hit": _column(runs, "valid_hit", bool)[order],
-            "draft_kept": _column(runs, "drafts_kept", np.int64)[order],
-            "draft_upgraded": _column(runs, "drafts_upgraded", np.int64)[order],
-            "first_signal_s": _column(runs, "first_signal", float)[order],
-            "refused_retries": _column(runs, "refused_retries", np.int64)[order],
-            "refused_starts": _column(runs, "refused_starts", np.int64)[order],
+            "fail_reason": _strings(r["fail_reason"], order),
+            "fail_step": _strings(r["fail_step"], order),
+            "valid": r["valid"][order],
+            "quality": r["quality"][order],
+            "valid_hit": r["valid_hit"][order],
+            "draft_kept": r["drafts_kept"][order],
+            "draft_upgraded": r["drafts_upgraded"][order],
+            "first_signal_s": r["first_signal"][order],
+            "refused_retries": r["refused_retries"][order],
+            "refused_starts": r["refused_starts"][order],
         }
     )
 
