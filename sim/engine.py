@@ -49,6 +49,7 @@ from sim.provider import (
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Step, Workflow
 
+_INF = math.inf
 #: Cause given to `Process.interrupt` when a call is cancelled.
 CANCEL = OUTCOME_CANCELLED
 #: `Run.remaining` value of a step that can no longer run (a step it needs failed).
@@ -201,6 +202,9 @@ class Simulation:
         self.keeps_flights = policy.watches_flights
         #: Per step index: nothing in the step itself or the rules to check per attempt (the
         #: rest of `_StepRun.plain` depends on the run).
+        #: The rules' parts every step handle reads (`DeadlineRules`), looked up once.
+        self.propagate, self.reserve_s = self.rules.propagate, self.rules.reserve_s
+        self.caps_attempts = self.rules.caps_attempts
         self.plain_steps = [
             s.budget_s == math.inf
             and s.attempt_budget_s is None
@@ -376,7 +380,7 @@ class Simulation:
         while step is not None:
             handle = _StepRun(self, run, step)
             run.running = step.id
-            began = env.now
+            began = env.now if controls is not None else 0.0
             if step.tool is None:
                 ok = yield from execute(handle)
             else:
@@ -758,7 +762,7 @@ class _StepRun:
 
     def __init__(self, sim: Simulation, run: Run, step: Step) -> None:
         self.sim = sim
-        self.env = sim.env
+        self.env = env = sim.env
         self.run = run
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
@@ -767,18 +771,21 @@ class _StepRun:
         self.flights: dict[int, Flight] | MappingProxyType[int, Flight] = (
             {} if sim.keeps_flights else _NO_FLIGHTS
         )
-        rules = sim.rules
-        #: When this step's budget runs out (inf: no step budget).
-        self.step_end = sim.env.now + step.budget_s
         #: The end of the request's time as this step's work knows it: the deadline less the
         #: reserve with propagation; without, the work does not know the deadline (inf).
-        self.known_end = run.deadline_at - rules.reserve_s if rules.propagate else math.inf
+        self.known_end = run.deadline_at - sim.reserve_s if sim.propagate else _INF
+        if step.budget_s == _INF and not sim.caps_attempts:  # the common case, written out
+            self.step_end = self.work_end = _INF
+            self.plain = sim.plain_steps[step.index]
+            return
+        #: When this step's budget runs out (inf: no step budget).
+        self.step_end = env.now + step.budget_s
         #: Where attempts are cut for the request's time (inf: the deadline cancels them).
-        self.work_end = self.known_end if rules.caps_attempts else math.inf
+        self.work_end = self.known_end if sim.caps_attempts else _INF
         #: Nothing to check per attempt: the fast path (the step's and the rules' part of
         #: this is fixed per simulation, in `Simulation.plain_steps`).
         self.plain = (
-            sim.plain_steps[step.index] and self.step_end == math.inf and self.work_end == math.inf
+            sim.plain_steps[step.index] and self.step_end == _INF and self.work_end == _INF
         )
 
     @property
