@@ -43,6 +43,7 @@ from sim.provider import (
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
     Call,
+    Environment,
     Provider,
     Serving,
 )
@@ -162,7 +163,7 @@ class Simulation:
         latencies: dict[tuple[str, str], CallLatency] | None = None,
         rules: DeadlineRules | None = None,
     ) -> None:
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.scenario = scenario
         self.policy = policy
         self.bank = bank

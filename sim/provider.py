@@ -12,10 +12,13 @@ import math
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule, EventPriority, StopSimulation
+from simpy.events import NORMAL
 
 from sim.conditions import Episodes
 from sim.config import ProviderSpec, ServingSpec
@@ -73,6 +76,82 @@ class Call:
     ended_by: str = ""  # the budget or event that ended it early ("" if it ended on its own)
 
 
+class Environment(simpy.Environment):
+    """simpy's Environment that also keeps the queue entry it is processing (`step` is simpy's,
+    plus one assignment), so that `Slots` can tell whether a wake-up it left out of the queue
+    would already have been processed."""
+
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        #: (time, priority, id, event) of the event being processed (none yet: -1 priorities).
+        self.current: tuple[float, int, int, Any] = (initial_time, -1, -1, None)
+
+    def reserve(self) -> int:
+        """An event id, taken now as `schedule` would take it (its place in the event order)."""
+        return next(self._eid)
+
+    def schedule_reserved(self, event: Any, eid: int) -> None:
+        """Schedule `event` now with normal priority at the place of reserved id `eid`."""
+        heappush(self._queue, (self._now, NORMAL, eid, event))
+
+    def passed(self, eid: int) -> bool:
+        """True if an event scheduled now with normal priority and id `eid` would already have
+        been processed (the event being processed comes after it in the order)."""
+        _, priority, current, _ = self.current
+        return priority > NORMAL or (priority == NORMAL and eid < current)
+
+    def step(self) -> None:
+        """Process the next event (as `simpy.Environment.step`, keeping its queue entry)."""
+        try:
+            entry = heappop(self._queue)
+        except IndexError:
+            raise EmptySchedule from None
+        self.current = entry
+        self._now, _, _, event = entry
+        callbacks, event.callbacks = event.callbacks, None
+        try:
+            for callback in callbacks:
+                callback(event)
+        except StopSimulation:
+            event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+            self.schedule(event, EventPriority(-1))
+            raise
+        if not event._ok and not hasattr(event, "_defused"):
+            self._crash(event)
+
+    def run(self, until: Any = None) -> Any:
+        """`simpy.Environment.run`; to the end of the schedule (`until` None) it is `step`
+        written out in one loop, one method call less per event."""
+        if until is not None:
+            return super().run(until)
+        queue = self._queue
+        try:
+            while queue:
+                entry = heappop(queue)
+                self.current = entry
+                self._now, _, _, event = entry
+                callbacks, event.callbacks = event.callbacks, None
+                try:
+                    for callback in callbacks:
+                        callback(event)
+                except StopSimulation:
+                    event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+                    self.schedule(event, EventPriority(-1))
+                    raise
+                if not event._ok and not hasattr(event, "_defused"):
+                    self._crash(event)
+        except StopSimulation as stop:
+            return stop.args[0]
+        return None
+
+    @staticmethod
+    def _crash(event: Any) -> None:
+        """A failed event nobody defused crashes the simulation (as in simpy)."""
+        exc = type(event._value)(*event._value.args)
+        exc.__cause__ = event._value
+        raise exc
+
+
 class _Wake:
     """A freed slot's wake-up in simpy's queue: when processed, it grants the head of the slot
     queue (what processing simpy's `Release` event does), with no event object behind it."""
@@ -93,9 +172,14 @@ class Slots:
     first out. A release frees the slot at once and schedules a wake-up that grants the head of
     the queue, exactly where simpy schedules its `Release` event, so every grant happens at the
     same point of the event order as with `simpy.Resource`.
+
+    With nobody queued a wake-up does nothing unless a call queues before it comes up, which
+    can only happen at the same instant. In an `Environment`, such a wake-up is left out and
+    only its place in the event order is kept; a call queueing at that instant puts back those
+    not yet due (those already due found the queue empty: nothing to put back).
     """
 
-    __slots__ = ("_grant", "capacity", "count", "env", "queue")
+    __slots__ = ("_grant", "capacity", "count", "env", "lazy", "queue", "skipped")
 
     def __init__(self, env: simpy.Environment, capacity: int) -> None:
         self.env = env
@@ -103,6 +187,10 @@ class Slots:
         self.count = 0  # slots held
         self.queue: deque[simpy.Event] = deque()  # calls waiting for a slot, oldest first
         self._grant = self._grant_head
+        #: Wake-ups can be left out (the environment says which would already be processed).
+        self.lazy = isinstance(env, Environment)
+        #: (time, reserved event id) of the wake-ups left out, all at the latest release time.
+        self.skipped: list[tuple[float, int]] = []
 
     def take(self) -> bool:
         """Take a slot at once if one is free and nobody is queued before this call."""
@@ -114,7 +202,15 @@ class Slots:
     def wait(self) -> simpy.Event:
         """Queue for a slot (after `take` said no): the event succeeds when it is granted. As a
         new simpy request does, this grants the head of the queue if a slot is free."""
-        event = simpy.Event(self.env)
+        env = self.env
+        if self.skipped:  # the wake-ups left out at this instant and not yet due go back
+            assert isinstance(env, Environment)
+            now = env.now
+            for at, eid in self.skipped:
+                if at == now and not env.passed(eid):
+                    env.schedule_reserved(_Wake(self._grant), eid)
+            self.skipped.clear()
+        event = simpy.Event(env)
         self.queue.append(event)
         self._grant_head(None)
         return event
@@ -127,7 +223,14 @@ class Slots:
     def release(self) -> None:
         """Give a held slot back; the head of the queue gets it when the wake-up is processed."""
         self.count -= 1
-        self.env.schedule(_Wake(self._grant))  # type: ignore[arg-type]
+        env = self.env
+        if self.queue or not self.lazy:
+            env.schedule(_Wake(self._grant))  # type: ignore[arg-type]
+            return
+        skipped, now = self.skipped, env.now
+        if skipped and skipped[-1][0] != now:  # earlier instants' wake-ups are long due
+            skipped.clear()
+        skipped.append((now, env.reserve()))  # type: ignore[attr-defined]
 
     def cancel(self, event: simpy.Event) -> None:
         """Leave the queue (a call cut or cancelled before its grant never takes a slot)."""
