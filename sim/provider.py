@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import simpy
-from simpy.core import EmptySchedule, EventPriority, StopSimulation
+from simpy.core import BoundClass, EmptySchedule, EventPriority, StopSimulation
 from simpy.events import NORMAL
 
 from sim.conditions import Episodes
@@ -83,12 +83,15 @@ class Environment(simpy.Environment):
 
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)
+        # simpy binds `timeout`, `process`, ... to the instance only from its own class's
+        # dict: bind simpy.Environment's too, or every `env.timeout` goes through a descriptor
+        for name, attribute in vars(simpy.Environment).items():
+            if isinstance(attribute, BoundClass):
+                setattr(self, name, getattr(self, name))
         #: (time, priority, id, event) of the event being processed (none yet: -1 priorities).
         self.current: tuple[float, int, int, Any] = (initial_time, -1, -1, None)
-
-    def reserve(self) -> int:
-        """An event id, taken now as `schedule` would take it (its place in the event order)."""
-        return next(self._eid)
+        #: The event ids `schedule` takes from: `next(ids)` reserves a place in the event order.
+        self.ids = self._eid
 
     def schedule_reserved(self, event: Any, eid: int) -> None:
         """Schedule `event` now with normal priority at the place of reserved id `eid`."""
@@ -179,7 +182,7 @@ class Slots:
     not yet due (those already due found the queue empty: nothing to put back).
     """
 
-    __slots__ = ("_grant", "capacity", "count", "env", "lazy", "queue", "skipped")
+    __slots__ = ("_grant", "_ids", "capacity", "count", "env", "queue", "skipped", "skipped_at")
 
     def __init__(self, env: simpy.Environment, capacity: int) -> None:
         self.env = env
@@ -187,10 +190,11 @@ class Slots:
         self.count = 0  # slots held
         self.queue: deque[simpy.Event] = deque()  # calls waiting for a slot, oldest first
         self._grant = self._grant_head
-        #: Wake-ups can be left out (the environment says which would already be processed).
-        self.lazy = isinstance(env, Environment)
-        #: (time, reserved event id) of the wake-ups left out, all at the latest release time.
-        self.skipped: list[tuple[float, int]] = []
+        #: The environment's event ids (None: a plain simpy environment, every wake-up kept).
+        self._ids = env.ids if isinstance(env, Environment) else None
+        #: Reserved event ids of the wake-ups left out, all at time `skipped_at`.
+        self.skipped: list[int] = []
+        self.skipped_at = math.nan
 
     def take(self) -> bool:
         """Take a slot at once if one is free and nobody is queued before this call."""
@@ -205,10 +209,10 @@ class Slots:
         env = self.env
         if self.skipped:  # the wake-ups left out at this instant and not yet due go back
             assert isinstance(env, Environment)
-            now = env.now
-            for at, eid in self.skipped:
-                if at == now and not env.passed(eid):
-                    env.schedule_reserved(_Wake(self._grant), eid)
+            if self.skipped_at == env.now:
+                for eid in self.skipped:
+                    if not env.passed(eid):
+                        env.schedule_reserved(_Wake(self._grant), eid)
             self.skipped.clear()
         event = simpy.Event(env)
         self.queue.append(event)
@@ -223,14 +227,14 @@ class Slots:
     def release(self) -> None:
         """Give a held slot back; the head of the queue gets it when the wake-up is processed."""
         self.count -= 1
-        env = self.env
-        if self.queue or not self.lazy:
-            env.schedule(_Wake(self._grant))  # type: ignore[arg-type]
+        if self.queue or self._ids is None:
+            self.env.schedule(_Wake(self._grant))  # type: ignore[arg-type]
             return
-        skipped, now = self.skipped, env.now
-        if skipped and skipped[-1][0] != now:  # earlier instants' wake-ups are long due
-            skipped.clear()
-        skipped.append((now, env.reserve()))  # type: ignore[attr-defined]
+        now = self.env.now
+        if now != self.skipped_at:  # earlier instants' wake-ups are long due
+            self.skipped_at = now
+            self.skipped.clear()
+        self.skipped.append(next(self._ids))
 
     def cancel(self, event: simpy.Event) -> None:
         """Leave the queue (a call cut or cancelled before its grant never takes a slot)."""
