@@ -124,10 +124,10 @@ class Run:
         self.first_signal = math.nan  # arrival to the first token of a first step's answer
         self.refused_retries = 0  # attempts after a step's first refused for lack of time
         self.refused_starts = 0  # steps' first attempts refused for lack of time
-        self.remaining = [len(s.depends_on) for s in workflow.steps]
-        self.unresolved = len(workflow.steps)
+        self.remaining = list(workflow.waiting_for)
+        self.unresolved = len(self.remaining)
         # answers: is each step's answer valid (its own and everything it was built on)
-        self.valid_steps = [True] * len(workflow.steps)
+        self.valid_steps = [True] * self.unresolved
         self.answered = 0  # steps with an accepted answer
         self.quality_sum = 0.0  # sum of the answering models' quality
         self.valid = False  # set at the end: every required answer valid
