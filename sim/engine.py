@@ -240,7 +240,6 @@ class Simulation:
         self.controls: Controls | None = None
         if policy.controls is not None:
             self.controls = Controls(self.env, policy.controls, list(self.providers), self.workflow)
-            self._call = self._controlled_call  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ driving
 
@@ -561,7 +560,7 @@ class Simulation:
         if attempt == 0:
             controls.primary_sent()
         try:
-            call = yield from Simulation._call(self, handle, attempt, plan)
+            call = yield from self._call(handle, attempt, plan)
         finally:
             controls.release(provider)
         if call is not None:
@@ -825,10 +824,13 @@ class _StepRun:
             self.last_outcome = FAIL_REFUSED
 
     def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
-        return self.sim._call(self, attempt, plan)
+        sim = self.sim  # (chosen here, not by a bound method kept on the simulation: no cycle)
+        if sim.controls is None:
+            return sim._call(self, attempt, plan)
+        return sim._controlled_call(self, attempt, plan)
 
     def start(self, attempt: int, plan: Attempt) -> simpy.Process:
-        return self.env.process(self.sim._call(self, attempt, plan))
+        return self.env.process(self.call(attempt, plan))
 
     def cancel(self, process: simpy.Process) -> None:
         Simulation._cancel(self.run, process, BY_LOSER)
