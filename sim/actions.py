@@ -64,8 +64,13 @@ class ToolDesk:
     keys each remote has seen and how many effects each request's step has had."""
 
     def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
+        # what it needs of the simulation, not the simulation itself: no reference cycle, so
+        # a finished simulation and its records are freed at once, not by the cycle collector
         self.env = sim.env
+        self.bank = sim.bank
+        self.rules = sim.rules
+        self.steps = sim.workflow.steps
+        self.actions = sim.actions
         self.keys: set[str] = set()
         self.effects: dict[tuple[int, str], int] = {}
         self.laws: dict[str, tuple[Distribution, Distribution]] = {}
@@ -73,7 +78,7 @@ class ToolDesk:
     def _law(self, step_id: str) -> tuple[Distribution, Distribution]:
         law = self.laws.get(step_id)
         if law is None:
-            tool = next(s.tool for s in self.sim.workflow.steps if s.id == step_id)
+            tool = next(s.tool for s in self.steps if s.id == step_id)
             assert tool is not None
             law = (build_distribution(tool.commit_s), build_distribution(tool.confirm_s))
             self.laws[step_id] = law
@@ -85,15 +90,15 @@ class ToolDesk:
         step, run, env = handle.step, handle.run, self.env
         tool = step.tool
         assert tool is not None
-        bank = self.sim.bank
+        bank = self.bank
         commit_law, confirm_law = self._law(step.id)
         key = f"{run.index}:{step.id}" if tool.idempotent else ""
-        expected = self.sim.rules.expected
+        expected = self.rules.expected
         for attempt in range(tool.retries + 1):
             if run.closed:
                 return False
             action = Action(run, step.id, attempt, key, env.now)
-            self.sim.actions.append(action)
+            self.actions.append(action)
             limit, by = handle.limit(None, step.attempt_budget_s)
             if limit is not None and limit <= 0:
                 handle.refuse(attempt)

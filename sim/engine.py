@@ -32,7 +32,7 @@ from sim.deadlines import (
     attempt_limit,
     rules_for,
 )
-from sim.latency import U_OUTCOME, CallLatency, LogNormal, build_distribution
+from sim.latency import U_OUTCOME, CallDraws, CallLatency, LogNormal, build_distribution
 from sim.policies import Attempt, Policy
 from sim.provider import (
     OUTCOME_CANCELLED,
@@ -43,12 +43,14 @@ from sim.provider import (
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
     Call,
+    Environment,
     Provider,
     Serving,
 )
 from sim.streams import CallDrawBank, Streams
 from sim.workflow import Step, Workflow
 
+_INF = math.inf
 #: Cause given to `Process.interrupt` when a call is cancelled.
 CANCEL = OUTCOME_CANCELLED
 #: `Run.remaining` value of a step that can no longer run (a step it needs failed).
@@ -122,10 +124,10 @@ class Run:
         self.first_signal = math.nan  # arrival to the first token of a first step's answer
         self.refused_retries = 0  # attempts after a step's first refused for lack of time
         self.refused_starts = 0  # steps' first attempts refused for lack of time
-        self.remaining = [len(s.depends_on) for s in workflow.steps]
-        self.unresolved = len(workflow.steps)
+        self.remaining = list(workflow.waiting_for)
+        self.unresolved = len(self.remaining)
         # answers: is each step's answer valid (its own and everything it was built on)
-        self.valid_steps = [True] * len(workflow.steps)
+        self.valid_steps = [True] * self.unresolved
         self.answered = 0  # steps with an accepted answer
         self.quality_sum = 0.0  # sum of the answering models' quality
         self.valid = False  # set at the end: every required answer valid
@@ -161,7 +163,7 @@ class Simulation:
         latencies: dict[tuple[str, str], CallLatency] | None = None,
         rules: DeadlineRules | None = None,
     ) -> None:
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.scenario = scenario
         self.policy = policy
         self.bank = bank
@@ -201,6 +203,9 @@ class Simulation:
         self.keeps_flights = policy.watches_flights
         #: Per step index: nothing in the step itself or the rules to check per attempt (the
         #: rest of `_StepRun.plain` depends on the run).
+        #: The rules' parts every step handle reads (`DeadlineRules`), looked up once.
+        self.propagate, self.reserve_s = self.rules.propagate, self.rules.reserve_s
+        self.caps_attempts = self.rules.caps_attempts
         self.plain_steps = [
             s.budget_s == math.inf
             and s.attempt_budget_s is None
@@ -221,6 +226,13 @@ class Simulation:
             for s in self.workflow.steps
             if s.length is not None
         }
+        #: Per step index: the answer's length is drawn or capped per call (else it is fixed).
+        self.shaped_steps = [
+            s.length is not None or s.max_tokens is not None for s in self.workflow.steps
+        ]
+        #: Per call slot (provider, model, step index, attempt, re-send, SDK retry): its draws
+        #: from the bank and its prefill seconds, looked up once per slot, not once per call.
+        self._slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float]] = {}
         retry = scenario.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
         self._resend_uniforms: dict[int, np.ndarray] = {}
@@ -228,7 +240,6 @@ class Simulation:
         self.controls: Controls | None = None
         if policy.controls is not None:
             self.controls = Controls(self.env, policy.controls, list(self.providers), self.workflow)
-            self._call = self._controlled_call  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ driving
 
@@ -369,7 +380,7 @@ class Simulation:
         while step is not None:
             handle = _StepRun(self, run, step)
             run.running = step.id
-            began = env.now
+            began = env.now if controls is not None else 0.0
             if step.tool is None:
                 ok = yield from execute(handle)
             else:
@@ -455,16 +466,19 @@ class Simulation:
             if limits.give_up_after != plan.give_up_after:
                 plan = Attempt(plan.provider, plan.model, limits.give_up_after)
         provider = self.providers[plan.provider]
-        call, args, truncated = self._prepare(handle, provider, attempt, plan, 0)
+        call, ttft, generation, stall, drawn, truncated = self._prepare(
+            handle, provider, attempt, plan, 0
+        )
         process = self.env.active_process
         run.active.add(process)
         try:
             if handle.plain:
-                yield from provider.call(call, *args, plan.give_up_after)
+                yield from provider.call(call, ttft, generation, stall, drawn, plan.give_up_after)
             else:
                 yield from provider.call(
-                    call, *args, plan.give_up_after, limits.queue, limits.start_by, limits.service
-                )
+                    call, ttft, generation, stall, drawn, plan.give_up_after,
+                    limits.queue, limits.start_by, limits.service,
+                )  # fmt: skip
             if truncated or handle.step.validator is not None:
                 yield from self._check_answer(handle, call, truncated)
             run.calls += 1  # as `_record`, written out on the hot path
@@ -546,7 +560,7 @@ class Simulation:
         if attempt == 0:
             controls.primary_sent()
         try:
-            call = yield from Simulation._call(self, handle, attempt, plan)
+            call = yield from self._call(handle, attempt, plan)
         finally:
             controls.release(provider)
         if call is not None:
@@ -555,30 +569,34 @@ class Simulation:
 
     def _prepare(
         self, handle: _StepRun, provider: Provider, attempt: int, plan: Attempt, sdk: int
-    ) -> tuple[Call, tuple[float, float, float, int], bool]:
+    ) -> tuple[Call, float, float, float, int, bool]:
         """A call about to be sent and its draws (common random numbers): first token (plus
         prefill), generation (times the request's difficulty, scaled to this call's drawn
         answer length), stall, drawn outcome; and whether the answer will be truncated."""
         run, step = handle.run, handle.step
-        path = (plan.provider, plan.model)
-        latency = self.latencies[path]
-        tokens = step.output_tokens
-        draws = self.bank.draws(step.id, attempt, run.resend, path, latency, tokens, sdk)
+        resend = run.resend
+        slot = self._slots.get((plan.provider, plan.model, step.index, attempt, resend, sdk))
+        if slot is None:
+            slot = self._slot(step, attempt, plan, resend, sdk)
+        draws, prefill = slot
         i = run.index
         ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
-        if latency.ttft_s_per_ktok > 0:  # prefill grows with the prompt
-            ttft += latency.ttft_s_per_ktok * step.input_tokens / 1000
-        length = self.lengths.get(step.id)
-        if length is not None:  # this call's answer length; generation time scales with it
-            u = self.bank.length_uniforms(step.id, attempt, run.resend)[i]
-            tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
-            generation *= tokens / step.output_tokens
-        truncated = step.max_tokens is not None and tokens > step.max_tokens
-        if truncated:
-            generation *= step.max_tokens / tokens  # type: ignore[operator]
-            tokens = step.max_tokens  # type: ignore[assignment]
+        if prefill:  # prefill grows with the prompt
+            ttft += prefill
+        tokens = step.output_tokens
+        truncated = False
+        if self.shaped_steps[step.index]:
+            length = self.lengths.get(step.id)
+            if length is not None:  # this call's answer length; generation time scales with it
+                u = self.bank.length_uniforms(step.id, attempt, resend)[i]
+                tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
+                generation *= tokens / step.output_tokens
+            truncated = step.max_tokens is not None and tokens > step.max_tokens
+            if truncated:
+                generation *= step.max_tokens / tokens  # type: ignore[operator]
+                tokens = step.max_tokens  # type: ignore[assignment]
         call = Call(
             run,
             step.id,
@@ -593,11 +611,23 @@ class Simulation:
         if sdk:
             call.sdk_retry = sdk
         if provider.spell_error_rate > 0:
-            call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, run.resend, sdk)
+            call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, resend, sdk)
         stall = draws.stall[i]
         if self.keeps_flights:
             handle.flights[attempt] = Flight(call, ttft, generation, stall)
-        return call, (ttft, generation, stall, draws.outcome[i]), truncated
+        return call, ttft, generation, stall, draws.outcome[i], truncated
+
+    def _slot(
+        self, step: Step, attempt: int, plan: Attempt, resend: int, sdk: int
+    ) -> tuple[CallDraws, float]:
+        """Look up a call slot's draws in the bank (and its prefill seconds) and keep them."""
+        path = (plan.provider, plan.model)
+        latency = self.latencies[path]
+        draws = self.bank.draws(step.id, attempt, resend, path, latency, step.output_tokens, sdk)
+        prefill = latency.ttft_s_per_ktok * step.input_tokens / 1000
+        slot = (draws, prefill if latency.ttft_s_per_ktok > 0 else 0.0)
+        self._slots[(plan.provider, plan.model, step.index, attempt, resend, sdk)] = slot
+        return slot
 
     def _check_answer(
         self, handle: _StepRun, call: Call, truncated: bool
@@ -656,14 +686,17 @@ class Simulation:
                     break
             if run.closed:
                 break
-            call, args, truncated = self._prepare(handle, provider, attempt, plan, j)
+            call, ttft, generation, stall, drawn, truncated = self._prepare(
+                handle, provider, attempt, plan, j
+            )
             try:
                 if handle.plain:
-                    yield from provider.call(call, *args, left)
+                    yield from provider.call(call, ttft, generation, stall, drawn, left)
                 else:
                     yield from provider.call(
-                        call, *args, left, limits.queue, limits.start_by, limits.service
-                    )
+                        call, ttft, generation, stall, drawn, left,
+                        limits.queue, limits.start_by, limits.service,
+                    )  # fmt: skip
                 if truncated or handle.step.validator is not None:
                     yield from self._check_answer(handle, call, truncated)
             finally:
@@ -729,7 +762,7 @@ class _StepRun:
 
     def __init__(self, sim: Simulation, run: Run, step: Step) -> None:
         self.sim = sim
-        self.env = sim.env
+        self.env = env = sim.env
         self.run = run
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
@@ -738,18 +771,21 @@ class _StepRun:
         self.flights: dict[int, Flight] | MappingProxyType[int, Flight] = (
             {} if sim.keeps_flights else _NO_FLIGHTS
         )
-        rules = sim.rules
-        #: When this step's budget runs out (inf: no step budget).
-        self.step_end = sim.env.now + step.budget_s
         #: The end of the request's time as this step's work knows it: the deadline less the
         #: reserve with propagation; without, the work does not know the deadline (inf).
-        self.known_end = run.deadline_at - rules.reserve_s if rules.propagate else math.inf
+        self.known_end = run.deadline_at - sim.reserve_s if sim.propagate else _INF
+        if step.budget_s == _INF and not sim.caps_attempts:  # the common case, written out
+            self.step_end = self.work_end = _INF
+            self.plain = sim.plain_steps[step.index]
+            return
+        #: When this step's budget runs out (inf: no step budget).
+        self.step_end = env.now + step.budget_s
         #: Where attempts are cut for the request's time (inf: the deadline cancels them).
-        self.work_end = self.known_end if rules.caps_attempts else math.inf
+        self.work_end = self.known_end if sim.caps_attempts else _INF
         #: Nothing to check per attempt: the fast path (the step's and the rules' part of
         #: this is fixed per simulation, in `Simulation.plain_steps`).
         self.plain = (
-            sim.plain_steps[step.index] and self.step_end == math.inf and self.work_end == math.inf
+            sim.plain_steps[step.index] and self.step_end == _INF and self.work_end == _INF
         )
 
     @property
@@ -788,10 +824,13 @@ class _StepRun:
             self.last_outcome = FAIL_REFUSED
 
     def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
-        return self.sim._call(self, attempt, plan)
+        sim = self.sim  # (chosen here, not by a bound method kept on the simulation: no cycle)
+        if sim.controls is None:
+            return sim._call(self, attempt, plan)
+        return sim._controlled_call(self, attempt, plan)
 
     def start(self, attempt: int, plan: Attempt) -> simpy.Process:
-        return self.env.process(self.sim._call(self, attempt, plan))
+        return self.env.process(self.call(attempt, plan))
 
     def cancel(self, process: simpy.Process) -> None:
         Simulation._cancel(self.run, process, BY_LOSER)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -167,37 +168,86 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Call attributes read into the calls table, with their types (dotted names reach the run).
+_CALL_FIELDS = (
+    ("run.index", "i8"), ("run.resend", "i8"), ("step", "O"), ("attempt", "i8"),
+    ("provider", "O"), ("model", "O"), ("start", "f8"), ("queue", "f8"), ("ttft", "f8"),
+    ("end", "f8"), ("outcome", "O"), ("billed_input", "i8"), ("billed_output", "i8"),
+    ("cost", "f8"), ("retry_after", "f8"), ("quota_tokens", "i8"), ("sdk_retry", "i8"),
+    ("valid", "?"), ("ended_by", "O"), ("run.given_up_at", "f8"),
+)  # fmt: skip
+#: Run attributes read into the requests table, with their types.
+_RUN_FIELDS = (
+    ("index", "i8"), ("resend", "i8"), ("arrival", "f8"), ("end", "f8"), ("ok", "?"),
+    ("deadline_at", "f8"), ("cost", "f8"), ("tokens", "i8"), ("calls", "i8"),
+    ("fail_reason", "O"), ("fail_step", "O"), ("valid", "?"), ("quality", "f8"),
+    ("valid_hit", "?"), ("drafts_kept", "i8"), ("drafts_upgraded", "i8"),
+    ("first_signal", "f8"), ("refused_retries", "i8"), ("refused_starts", "i8"),
+)  # fmt: skip
+
+
+def _read(objects: list, fields: tuple[tuple[str, str], ...]) -> np.ndarray:
+    """Every listed attribute of every object, in one pass and in C (a `map` of one
+    `attrgetter` into `np.fromiter`), as a structured array with a field per attribute."""
+    dtype = np.dtype(list(fields))
+    return np.fromiter(map(attrgetter(*dtype.names), objects), dtype, len(objects))
+
+
+def _strings(values: np.ndarray, order: np.ndarray | None = None) -> pd.Series:
+    """A string column from few distinct values: factorized, then built by taking from the
+    distinct values (much faster than converting every row), reordered by `order` if given."""
+    codes, uniques = pd.factorize(values)
+    if order is not None:
+        codes = codes[order]
+    return pd.Series(pd.array(uniques, dtype="string").take(codes))
+
+
+def _constant(value: str, n: int) -> pd.Series:
+    """A string column holding `value` in every one of `n` rows."""
+    return pd.Series(pd.array([value], dtype="string").take(np.zeros(n, np.intp)))
+
+
 def calls_frame(records: Records) -> pd.DataFrame:
-    """One row per call (units: seconds, tokens billed, USD)."""
+    """One row per call (units: seconds, tokens billed, USD), sorted by request, re-send, start,
+    step and attempt."""
     calls = records.calls
+    n = len(calls)
+    c = _read(calls, _CALL_FIELDS)
+    request_id, resend, attempt, start = c["run.index"], c["run.resend"], c["attempt"], c["start"]
+    # the stable sort of the records by (request_id, resend, start_s, step, attempt), as
+    # sort_values does it (np.lexsort on the numbers and the steps' ranks; ties stay in the
+    # records' order), done once before the columns are built
+    step_codes, step_names = pd.factorize(c["step"])
+    rank = np.argsort(np.argsort(np.asarray(step_names, dtype=object), kind="stable"))
+    order = np.lexsort((attempt, rank[step_codes], start, resend, request_id))
+    end = c["end"]
     frame = pd.DataFrame(
         {
-            "policy": pd.Series([records.policy] * len(calls), dtype="string"),
-            "request_id": np.fromiter((c.run.index for c in calls), np.int64, len(calls)),
-            "resend": np.fromiter((c.run.resend for c in calls), np.int64, len(calls)),
-            "step": pd.Series([c.step for c in calls], dtype="string"),
-            "attempt": np.fromiter((c.attempt for c in calls), np.int64, len(calls)),
-            "provider": pd.Series([c.provider for c in calls], dtype="string"),
-            "model": pd.Series([c.model for c in calls], dtype="string"),
-            "start_s": np.fromiter((c.start for c in calls), float, len(calls)),
-            "queue_s": np.fromiter((c.queue for c in calls), float, len(calls)),
-            "ttft_s": np.fromiter((c.ttft for c in calls), float, len(calls)),
-            "end_s": np.fromiter((c.end for c in calls), float, len(calls)),
-            "outcome": pd.Series([c.outcome for c in calls], dtype="string"),
-            "input_tokens": np.fromiter((c.billed_input for c in calls), np.int64, len(calls)),
-            "output_tokens": np.fromiter((c.billed_output for c in calls), np.int64, len(calls)),
-            "cost_usd": np.fromiter((c.cost for c in calls), float, len(calls)),
-            "retry_after_s": np.fromiter((c.retry_after for c in calls), float, len(calls)),
-            "quota_tokens": np.fromiter((c.quota_tokens for c in calls), np.int64, len(calls)),
-            "sdk_retry": np.fromiter((c.sdk_retry for c in calls), np.int64, len(calls)),
-            "valid": np.fromiter((c.valid for c in calls), bool, len(calls)),
-            "ended_by": pd.Series([c.ended_by for c in calls], dtype="string"),
-            "orphan": np.fromiter((c.end > c.run.given_up_at for c in calls), bool, len(calls)),
-        }
+            "policy": _constant(records.policy, n),
+            "request_id": request_id[order],
+            "resend": resend[order],
+            "step": pd.Series(pd.array(step_names, dtype="string").take(step_codes[order])),
+            "attempt": attempt[order],
+            "provider": _strings(c["provider"], order),
+            "model": _strings(c["model"], order),
+            "start_s": start[order],
+            "queue_s": c["queue"][order],
+            "ttft_s": c["ttft"][order],
+            "end_s": end[order],
+            "outcome": _strings(c["outcome"], order),
+            "input_tokens": c["billed_input"][order],
+            "output_tokens": c["billed_output"][order],
+            "cost_usd": c["cost"][order],
+            "retry_after_s": c["retry_after"][order],
+            "quota_tokens": c["quota_tokens"][order],
+            "sdk_retry": c["sdk_retry"][order],
+            "valid": c["valid"][order],
+            "ended_by": _strings(c["ended_by"], order),
+            "orphan": (end > c["run.given_up_at"])[order],
+        },
+        copy=False,  # every column is a fresh array already
     )
-    return frame.sort_values(
-        ["request_id", "resend", "start_s", "step", "attempt"], kind="stable", ignore_index=True
-    )
+    return frame
 
 
 def requests_frame(records: Records) -> pd.DataFrame:
@@ -206,32 +256,39 @@ def requests_frame(records: Records) -> pd.DataFrame:
     `latency_s` is the time to a delivered answer: a run that failed, early or at its deadline,
     delivered none and counts at the deadline, so no failure ever looks fast. `end_s`,
     `fail_reason` and `fail_step` keep what really happened."""
-    runs = sorted(records.runs, key=lambda r: (r.index, r.resend))
+    runs = records.runs
+    n = len(runs)
+    r = _read(runs, _RUN_FIELDS)
+    request_id, resend = r["index"], r["resend"]
+    order = np.lexsort((resend, request_id))  # in (request, re-send) order, ties kept
+    arrival = r["arrival"]
+    end = r["end"]
+    ok = r["ok"]
+    latency = np.where(ok, end, r["deadline_at"]) - arrival
     return pd.DataFrame(
         {
-            "policy": pd.Series([records.policy] * len(runs), dtype="string"),
-            "request_id": np.fromiter((r.index for r in runs), np.int64, len(runs)),
-            "resend": np.fromiter((r.resend for r in runs), np.int64, len(runs)),
-            "arrival_s": np.fromiter((r.arrival for r in runs), float, len(runs)),
-            "latency_s": np.fromiter(
-                ((r.end if r.ok else r.deadline_at) - r.arrival for r in runs), float, len(runs)
-            ),
-            "ok": np.fromiter((r.ok for r in runs), bool, len(runs)),
-            "cost_usd": np.fromiter((r.cost for r in runs), float, len(runs)),
-            "tokens": np.fromiter((r.tokens for r in runs), np.int64, len(runs)),
-            "calls": np.fromiter((r.calls for r in runs), np.int64, len(runs)),
-            "end_s": np.fromiter((r.end for r in runs), float, len(runs)),
-            "fail_reason": pd.Series([r.fail_reason for r in runs], dtype="string"),
-            "fail_step": pd.Series([r.fail_step for r in runs], dtype="string"),
-            "valid": np.fromiter((r.valid for r in runs), bool, len(runs)),
-            "quality": np.fromiter((r.quality for r in runs), float, len(runs)),
-            "valid_hit": np.fromiter((r.valid_hit for r in runs), bool, len(runs)),
-            "draft_kept": np.fromiter((r.drafts_kept for r in runs), np.int64, len(runs)),
-            "draft_upgraded": np.fromiter((r.drafts_upgraded for r in runs), np.int64, len(runs)),
-            "first_signal_s": np.fromiter((r.first_signal for r in runs), float, len(runs)),
-            "refused_retries": np.fromiter((r.refused_retries for r in runs), np.int64, len(runs)),
-            "refused_starts": np.fromiter((r.refused_starts for r in runs), np.int64, len(runs)),
-        }
+            "policy": _constant(records.policy, n),
+            "request_id": request_id[order],
+            "resend": resend[order],
+            "arrival_s": arrival[order],
+            "latency_s": latency[order],
+            "ok": ok[order],
+            "cost_usd": r["cost"][order],
+            "tokens": r["tokens"][order],
+            "calls": r["calls"][order],
+            "end_s": end[order],
+            "fail_reason": _strings(r["fail_reason"], order),
+            "fail_step": _strings(r["fail_step"], order),
+            "valid": r["valid"][order],
+            "quality": r["quality"][order],
+            "valid_hit": r["valid_hit"][order],
+            "draft_kept": r["drafts_kept"][order],
+            "draft_upgraded": r["drafts_upgraded"][order],
+            "first_signal_s": r["first_signal"][order],
+            "refused_retries": r["refused_retries"][order],
+            "refused_starts": r["refused_starts"][order],
+        },
+        copy=False,
     )
 
 

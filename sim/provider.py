@@ -9,12 +9,16 @@ call stops holding its slot at once; what it is billed follows the scenario's bi
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
 import simpy
+from simpy.core import BoundClass, EmptySchedule, EventPriority, StopSimulation
+from simpy.events import NORMAL
 
 from sim.conditions import Episodes
 from sim.config import ProviderSpec, ServingSpec
@@ -41,6 +45,7 @@ OUTCOMES = (
 _DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
 #: Relative tolerance under which two simulated times are the same instant (float rounding).
 _SAME_INSTANT = 1e-12
+_INF = math.inf
 
 
 @dataclass(slots=True)
@@ -71,6 +76,171 @@ class Call:
     ended_by: str = ""  # the budget or event that ended it early ("" if it ended on its own)
 
 
+class Environment(simpy.Environment):
+    """simpy's Environment that also keeps the queue entry it is processing (`step` is simpy's,
+    plus one assignment), so that `Slots` can tell whether a wake-up it left out of the queue
+    would already have been processed."""
+
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        # simpy binds `timeout`, `process`, ... to the instance only from its own class's
+        # dict: bind simpy.Environment's too, or every `env.timeout` goes through a descriptor
+        for name, attribute in vars(simpy.Environment).items():
+            if isinstance(attribute, BoundClass):
+                setattr(self, name, getattr(self, name))
+        #: (time, priority, id, event) of the event being processed (none yet: -1 priorities).
+        self.current: tuple[float, int, int, Any] = (initial_time, -1, -1, None)
+        #: The event ids `schedule` takes from: `next(ids)` reserves a place in the event order.
+        self.ids = self._eid
+
+    def schedule_reserved(self, event: Any, eid: int) -> None:
+        """Schedule `event` now with normal priority at the place of reserved id `eid`."""
+        heappush(self._queue, (self._now, NORMAL, eid, event))
+
+    def passed(self, eid: int) -> bool:
+        """True if an event scheduled now with normal priority and id `eid` would already have
+        been processed (the event being processed comes after it in the order)."""
+        _, priority, current, _ = self.current
+        return priority > NORMAL or (priority == NORMAL and eid < current)
+
+    def step(self) -> None:
+        """Process the next event (as `simpy.Environment.step`, keeping its queue entry)."""
+        try:
+            entry = heappop(self._queue)
+        except IndexError:
+            raise EmptySchedule from None
+        self.current = entry
+        self._now, _, _, event = entry
+        callbacks, event.callbacks = event.callbacks, None
+        try:
+            for callback in callbacks:
+                callback(event)
+        except StopSimulation:
+            event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+            self.schedule(event, EventPriority(-1))
+            raise
+        if not event._ok and not hasattr(event, "_defused"):
+            self._crash(event)
+
+    def run(self, until: Any = None) -> Any:
+        """`simpy.Environment.run`; to the end of the schedule (`until` None) it is `step`
+        written out in one loop, one method call less per event."""
+        if until is not None:
+            return super().run(until)
+        queue = self._queue
+        try:
+            while queue:
+                entry = heappop(queue)
+                self.current = entry
+                self._now, _, _, event = entry
+                callbacks, event.callbacks = event.callbacks, None
+                try:
+                    for callback in callbacks:
+                        callback(event)
+                except StopSimulation:
+                    event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+                    self.schedule(event, EventPriority(-1))
+                    raise
+                if not event._ok and not hasattr(event, "_defused"):
+                    self._crash(event)
+        except StopSimulation as stop:
+            return stop.args[0]
+        return None
+
+    @staticmethod
+    def _crash(event: Any) -> None:
+        """A failed event nobody defused crashes the simulation (as in simpy)."""
+        exc = type(event._value)(*event._value.args)
+        exc.__cause__ = event._value
+        raise exc
+
+
+class _Wake:
+    """A freed slot's wake-up in simpy's queue: when processed, it grants the head of the slot
+    queue (what processing simpy's `Release` event does), with no event object behind it."""
+
+    __slots__ = ("callbacks",)
+    _ok = True  # read by `simpy.Environment.step`: a wake-up never fails
+
+    def __init__(self, grant: Any) -> None:
+        self.callbacks = [grant]
+
+
+class Slots:
+    """A provider's `concurrency` slots: `simpy.Resource`'s grants, in its order, without its
+    events where nothing waits on them.
+
+    A call takes a free slot at once when nobody is queued (simpy would schedule a `Request`
+    event that no process waits for); otherwise it queues on a plain event, granted first in,
+    first out. A release frees the slot at once and schedules a wake-up that grants the head of
+    the queue, exactly where simpy schedules its `Release` event, so every grant happens at the
+    same point of the event order as with `simpy.Resource`.
+
+    With nobody queued a wake-up does nothing unless a call queues before it comes up, which
+    can only happen at the same instant. In an `Environment`, such a wake-up is left out and
+    only its place in the event order is kept; a call queueing at that instant puts back those
+    not yet due (those already due found the queue empty: nothing to put back).
+    """
+
+    __slots__ = ("_grant", "_ids", "capacity", "count", "env", "queue", "skipped", "skipped_at")
+
+    def __init__(self, env: simpy.Environment, capacity: int) -> None:
+        self.env = env
+        self.capacity = capacity
+        self.count = 0  # slots held
+        self.queue: deque[simpy.Event] = deque()  # calls waiting for a slot, oldest first
+        self._grant = self._grant_head
+        #: The environment's event ids (None: a plain simpy environment, every wake-up kept).
+        self._ids = env.ids if isinstance(env, Environment) else None
+        #: Reserved event ids of the wake-ups left out, all at time `skipped_at`.
+        self.skipped: list[int] = []
+        self.skipped_at = math.nan
+
+    def take(self) -> bool:
+        """Take a slot at once if one is free and nobody is queued before this call."""
+        if self.count < self.capacity and not self.queue:
+            self.count += 1
+            return True
+        return False
+
+    def wait(self) -> simpy.Event:
+        """Queue for a slot (after `take` said no): the event succeeds when it is granted. As a
+        new simpy request does, this grants the head of the queue if a slot is free."""
+        env = self.env
+        if self.skipped:  # the wake-ups left out at this instant and not yet due go back
+            assert isinstance(env, Environment)
+            if self.skipped_at == env.now:
+                for eid in self.skipped:
+                    if not env.passed(eid):
+                        env.schedule_reserved(_Wake(self._grant), eid)
+            self.skipped.clear()
+        event = simpy.Event(env)
+        self.queue.append(event)
+        self._grant_head(None)
+        return event
+
+    def _grant_head(self, _: object) -> None:
+        if self.queue and self.count < self.capacity:
+            self.count += 1
+            self.queue.popleft().succeed()
+
+    def release(self) -> None:
+        """Give a held slot back; the head of the queue gets it when the wake-up is processed."""
+        self.count -= 1
+        if self.queue or self._ids is None:
+            self.env.schedule(_Wake(self._grant))  # type: ignore[arg-type]
+            return
+        now = self.env.now
+        if now != self.skipped_at:  # earlier instants' wake-ups are long due
+            self.skipped_at = now
+            self.skipped.clear()
+        self.skipped.append(next(self._ids))
+
+    def cancel(self, event: simpy.Event) -> None:
+        """Leave the queue (a call cut or cancelled before its grant never takes a slot)."""
+        self.queue.remove(event)
+
+
 @dataclass(frozen=True, slots=True)
 class Serving:
     """A model as this provider serves it: latency law and prices (USD per token)."""
@@ -97,7 +267,7 @@ class Provider:
     ) -> None:
         self.env = env
         self.name = name
-        self.slots = simpy.Resource(env, capacity=spec.concurrency)
+        self.slots = Slots(env, spec.concurrency)
         self.quota = _quota(spec, spec)
         self.model_quotas = {
             model: q
@@ -190,10 +360,16 @@ class Provider:
         elif not self.admit(call, charge):  # per-model quotas, or a 429 (Retry-After set)
             call.queue = 0.0
             return self._end(call, OUTCOME_RATE_LIMITED)
-        slot = self.slots.request()
+        slots = self.slots
+        granted = slots.count < slots.capacity and not slots.queue
+        slot: simpy.Event | None = None
+        if granted:  # a free slot and nobody queued: taken at once (`Slots.take`, inlined)
+            slots.count += 1
         served_at = math.nan
         try:
-            if not slot.triggered:
+            if not granted:
+                slot = slots.wait()
+            if slot is not None and not slot.triggered:
                 wait_limit = give_up_after
                 by_queue = queue_limit is not None and (
                     give_up_after is None or queue_limit < give_up_after
@@ -217,11 +393,12 @@ class Provider:
                 if spell and drawn != ERROR and call.spell_u < self.spell_error_rate:
                     drawn = ERROR
             service = ttft if drawn != OK else ttft + generation + stall
-            left = math.inf if give_up_after is None else give_up_after - call.queue
+            queued = call.queue
+            left = _INF if give_up_after is None else give_up_after - queued
             if service_limit is not None and service_limit < left:
                 left = service_limit
                 call.ended_by = "attempt"  # kept only if this limit cuts the call
-            if left < math.inf and left <= _SAME_INSTANT * max(1.0, call.queue):
+            if left < _INF and left <= _SAME_INSTANT * (queued if queued > 1.0 else 1.0):
                 # granted its slot at its give-up instant (up to rounding): cut, never served
                 return self._end(call, OUTCOME_TIMEOUT)
             if served_at >= start_by:  # picked up too late to finish: refuses to start
@@ -230,9 +407,12 @@ class Provider:
             if service <= left:
                 call.ended_by = ""
                 yield env.timeout(service)
-                if drawn != ERROR:
+                if drawn == OK:  # an answer: billed input and output
                     call.ttft = ttft
-                self._bill(call, drawn)
+                    call.billed_input, call.billed_output = call.input_tokens, call.output_tokens
+                elif drawn == INVALID:  # junk: billed its input; an error bills nothing
+                    call.ttft = ttft
+                    call.billed_input = call.input_tokens
                 return self._end(call, _DRAWN[drawn])
             yield env.timeout(left)
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
@@ -245,10 +425,10 @@ class Provider:
                 self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_CANCELLED)
         finally:
-            if slot.triggered:  # held a slot (or was just granted one): give it back
-                self.slots.release(slot)
+            if slot is None or slot.triggered:  # held a slot (or was just granted one)
+                slots.release()
             else:  # still queued: leave the queue, so it never takes a slot later
-                slot.cancel()
+                slots.cancel(slot)
 
     def _end(self, call: Call, outcome: str) -> Call:
         call.end = self.env.now
@@ -258,14 +438,6 @@ class Provider:
             call.billed_input * serving.price_input + call.billed_output * serving.price_output
         )
         return call
-
-    @staticmethod
-    def _bill(call: Call, drawn: int) -> None:
-        """A call that ran to its end: answers bill input and output, junk input, errors nothing."""
-        if drawn == OK:
-            call.billed_input, call.billed_output = call.input_tokens, call.output_tokens
-        elif drawn == INVALID:
-            call.billed_input = call.input_tokens
 
     def _bill_cut(
         self, call: Call, drawn: int, ttft: float, generating: float, elapsed: float

@@ -203,12 +203,14 @@ class Quota:
             self.take(now, tokens, input_tokens)
             return True
         bucket_t, bucket_r = self.tokens, self.requests
-        for bucket in (bucket_t, bucket_r):
-            if bucket is not None and now > bucket.updated:
-                bucket.level = min(
-                    bucket.capacity, bucket.level + (now - bucket.updated) * bucket.rate_per_s
-                )
-                bucket.updated = now
+        if bucket_t is not None and now > bucket_t.updated:  # refill (as `TokenBucket.refill`)
+            level = bucket_t.level + (now - bucket_t.updated) * bucket_t.rate_per_s
+            bucket_t.level = level if level < bucket_t.capacity else bucket_t.capacity
+            bucket_t.updated = now
+        if bucket_r is not None and now > bucket_r.updated:
+            level = bucket_r.level + (now - bucket_r.updated) * bucket_r.rate_per_s
+            bucket_r.level = level if level < bucket_r.capacity else bucket_r.capacity
+            bucket_r.updated = now
         if (bucket_t is not None and bucket_t.level + bucket_t.slack < tokens) or (
             bucket_r is not None and bucket_r.level + bucket_r.slack < 1
         ):

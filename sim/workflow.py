@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from sim.config import LengthSpec, Scenario, ToolSpec, ValidatorSpec
 
@@ -74,10 +75,16 @@ class Workflow:
         )
         return cls(steps)
 
-    @property
+    @cached_property
     def roots(self) -> tuple[Step, ...]:
-        """Steps that depend on nothing: they start when the request arrives."""
+        """Steps that depend on nothing: they start when the request arrives (computed once:
+        every run reads it)."""
         return tuple(s for s in self.steps if not s.depends_on)
+
+    @cached_property
+    def waiting_for(self) -> tuple[int, ...]:
+        """Per step, how many steps it waits for (a new run's countdown, computed once)."""
+        return tuple(len(s.depends_on) for s in self.steps)
 
     def downstream(self, index: int) -> set[int]:
         """Every step that (transitively) needs step `index`."""

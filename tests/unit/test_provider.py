@@ -6,12 +6,13 @@ import math
 from collections.abc import Generator
 from typing import Any
 
+import numpy as np
 import pytest
 import simpy
 
 from sim.config import ProviderSpec
 from sim.latency import ERROR, INVALID, OK, CallLatency, Constant
-from sim.provider import Call, Provider, Serving
+from sim.provider import Call, Environment, Provider, Serving, Slots
 
 PRICE_IN, PRICE_OUT = 1e-6, 2e-6  # USD per token
 IN_TOKENS, OUT_TOKENS = 1000, 100
@@ -336,3 +337,189 @@ def test_give_up_counts_queue_time() -> None:
     bench.send("b", at=0.0, ttft=1.0, generation=4.0, give_up_after=5.0)  # served 3, cut at 5
     b = bench.run()["b"]
     assert (b.queue, b.end, b.outcome) == (3.0, 5.0, "timeout")
+
+
+# --------------------------------------------------------------------------- slots vs simpy
+
+
+class _ResourceSlots:
+    """`simpy.Resource` behind the `Slots` interface: the reference `Slots` must match."""
+
+    def __init__(self, env: simpy.Environment, capacity: int) -> None:
+        self.resource = simpy.Resource(env, capacity=capacity)
+        self.held: dict[int, simpy.Event] = {}
+
+    def get(self, pid: int) -> tuple[simpy.Event, bool]:
+        request = self.resource.request()
+        self.held[pid] = request
+        return request, request.triggered
+
+    def release(self, pid: int) -> None:
+        self.resource.release(self.held.pop(pid))
+
+    def cancel(self, pid: int) -> None:
+        self.held.pop(pid).cancel()
+
+
+class _PoolSlots:
+    """`sim.provider.Slots` behind the same interface."""
+
+    def __init__(self, env: simpy.Environment, capacity: int) -> None:
+        self.slots = Slots(env, capacity)
+        self.waiting: dict[int, simpy.Event] = {}
+
+    def get(self, pid: int) -> tuple[simpy.Event | None, bool]:
+        if self.slots.take():
+            return None, True
+        event = self.slots.wait()
+        self.waiting[pid] = event
+        return event, event.triggered
+
+    def release(self, pid: int) -> None:
+        self.waiting.pop(pid, None)
+        self.slots.release()
+
+    def cancel(self, pid: int) -> None:
+        self.slots.cancel(self.waiting.pop(pid))
+
+
+def _slot_log(pool_kind: str, env: simpy.Environment, seed: int) -> list[tuple]:
+    """Calls at whole seconds (so many share an instant) on 3 slots: some give up queueing,
+    some are interrupted; every grant, release and give-up is logged in event order."""
+    rng = np.random.default_rng(seed)
+    pool: Any = (_ResourceSlots if pool_kind == "resource" else _PoolSlots)(env, 3)
+    log: list[tuple] = []
+    processes: dict[int, simpy.Process] = {}
+
+    def call(pid: int, hold: float, patience: float | None) -> Generator[simpy.Event, Any, None]:
+        event, granted = pool.get(pid)
+        try:
+            if not granted:
+                if patience is None:
+                    yield event
+                else:
+                    yield event | env.timeout(patience)
+                    if not event.triggered:
+                        log.append((env.now, pid, "gave up"))
+                        pool.cancel(pid)
+                        return
+            log.append((env.now, pid, "granted"))
+            yield env.timeout(hold)
+        except simpy.Interrupt:
+            log.append((env.now, pid, "interrupted"))
+            if event is not None and not event.triggered:
+                pool.cancel(pid)
+                return
+        log.append((env.now, pid, "released"))
+        pool.release(pid)
+
+    def source() -> Generator[simpy.Event, Any, None]:
+        for pid in range(400):
+            yield env.timeout(float(rng.integers(0, 2)))
+            patience = float(rng.integers(0, 4)) if rng.random() < 0.3 else None
+            processes[pid] = env.process(call(pid, float(rng.integers(0, 5)), patience))
+            if rng.random() < 0.2:
+                victim = processes[int(rng.integers(0, pid + 1))]
+                if victim.is_alive:
+                    victim.interrupt("cancelled")
+
+    env.process(source())
+    env.run()
+    return log
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_slots_grant_as_simpy_resource_does(seed: int) -> None:
+    """`Slots` (wake-ups left out in a tracking `Environment`, or all kept in a plain one)
+    grants, in the same event order, exactly what `simpy.Resource` grants."""
+    reference = _slot_log("resource", simpy.Environment(), seed)
+    assert any(kind == "gave up" for _, _, kind in reference)
+    assert _slot_log("pool", Environment(), seed) == reference
+    assert _slot_log("pool", simpy.Environment(), seed) == reference
+
+
+def _same_instant_log(pool_kind: str, env: simpy.Environment) -> list[tuple]:
+    """Two slots. At t=5: A frees its slot (nobody queued: the wake-up that is left out), X
+    takes it and frees it again at once, C queues, B frees its slot. simpy's `Release` of A then
+    grants C before X's next event at that instant; a pool that dropped that wake-up for good
+    would grant C only at B's wake-up, after it."""
+    pool: Any = (_ResourceSlots if pool_kind == "resource" else _PoolSlots)(env, 2)
+    log: list[tuple] = []
+
+    def holder(pid: int, *holds: float) -> Generator[simpy.Event, Any, None]:
+        pool.get(pid)
+        for hold in holds:
+            yield env.timeout(hold)
+        pool.release(pid)
+        log.append((env.now, pid, "released"))
+
+    def taker(pid: int) -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(5)
+        event, granted = pool.get(pid)
+        if not granted:
+            yield event
+        log.append((env.now, pid, "granted"))
+        yield env.timeout(0)
+        pool.release(pid)
+        log.append((env.now, pid, "released"))
+        yield env.timeout(0)
+        log.append((env.now, pid, "after"))
+
+    env.process(holder(0, 5))  # A
+    env.process(holder(1, 2, 3))  # B: its release comes up after X's and C's events
+    env.process(taker(2))  # X
+    env.process(taker(3))  # C
+    env.run()
+    return log
+
+
+def test_slots_put_back_a_left_out_wake_up_that_is_still_due() -> None:
+    reference = _same_instant_log("resource", simpy.Environment())
+    assert reference.index((5, 3, "granted")) < reference.index((5, 2, "after"))
+    assert _same_instant_log("pool", Environment()) == reference
+    assert _same_instant_log("pool", simpy.Environment()) == reference
+
+
+def _passed_wake_up_log(pool_kind: str, env: simpy.Environment) -> list[tuple]:
+    """Two slots. At t=5, A frees its slot (nobody queued) and, one event later (so the left-out
+    wake-up is already past), takes it back, queues a request and interrupts B, which frees the
+    other slot. simpy grants the request at B's wake-up, after a tick scheduled in between has
+    run twice; a pool that put back the past wake-up would grant it before the second tick."""
+    pool: Any = (_ResourceSlots if pool_kind == "resource" else _PoolSlots)(env, 2)
+    log: list[tuple] = []
+
+    def tick(_: simpy.Event) -> None:
+        log.append((env.now, "tick"))
+        env.timeout(0).callbacks.append(lambda _: log.append((env.now, "tick 2")))
+
+    def a(b: simpy.Process) -> Generator[simpy.Event, Any, None]:
+        pool.get(0)
+        yield env.timeout(5)
+        pool.release(0)
+        yield env.timeout(0)
+        pool.get(10)
+        event, granted = pool.get(11)
+        assert not granted
+        env.timeout(0).callbacks.append(tick)
+        b.interrupt()
+        yield event
+        log.append((env.now, "granted"))
+
+    def b() -> Generator[simpy.Event, Any, None]:
+        pool.get(1)
+        try:
+            yield env.timeout(100)
+        except simpy.Interrupt:
+            pool.release(1)
+            log.append((env.now, "b released"))
+
+    env.process(a(env.process(b())))
+    env.run()
+    return log
+
+
+def test_slots_never_put_back_a_wake_up_already_past() -> None:
+    reference = _passed_wake_up_log("resource", simpy.Environment())
+    assert reference.index((5, "tick 2")) < reference.index((5, "granted"))
+    assert _passed_wake_up_log("pool", Environment()) == reference
+    assert _passed_wake_up_log("pool", simpy.Environment()) == reference
