@@ -8,8 +8,10 @@ or the CLI.
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -150,6 +152,24 @@ class Records:
     actions: list[Action] = field(default_factory=list)
 
 
+#: Cyclic-GC thresholds while a simulation runs (at least these; restored after).
+GC_THRESHOLDS = (100_000, 50, 50)
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Raise the cyclic garbage collector's thresholds for the duration: a run allocates
+    millions of short-lived objects while its records (kept alive on purpose) grow, so at the
+    default thresholds the collector keeps re-scanning the records; finished runs are freed by
+    reference counting, so collecting less often does not let memory grow."""
+    old = gc.get_threshold()
+    gc.set_threshold(*(max(a, b) for a, b in zip(old, GC_THRESHOLDS, strict=True)))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 class Simulation:
     """One policy on one scenario, in its own simpy Environment."""
 
@@ -254,10 +274,11 @@ class Simulation:
         `stop` is asked every few thousand events; when it says yes the run ends with
         KeyboardInterrupt between two events, never inside simpy's own bookkeeping."""
         self.env.process(self._arrivals(arrivals, progress))
-        if stop is None:
-            self.env.run()
-        else:
-            self._run_until_stopped(stop)
+        with fewer_collections():
+            if stop is None:
+                self.env.run()
+            else:
+                self._run_until_stopped(stop)
         open_s = self.controls.breaker_open_s(self.env.now) if self.controls is not None else 0.0
         return Records(self.policy.name, self.runs, self.calls, open_s, self.actions)
 
@@ -784,9 +805,7 @@ class _StepRun:
         self.work_end = self.known_end if sim.caps_attempts else _INF
         #: Nothing to check per attempt: the fast path (the step's and the rules' part of
         #: this is fixed per simulation, in `Simulation.plain_steps`).
-        self.plain = (
-            sim.plain_steps[step.index] and self.step_end == _INF and self.work_end == _INF
-        )
+        self.plain = sim.plain_steps[step.index] and self.step_end == _INF and self.work_end == _INF
 
     @property
     def closed(self) -> bool:
