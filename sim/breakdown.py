@@ -78,15 +78,16 @@ def _failure_rows(policy: str, runs: pd.DataFrame, top: int) -> list[dict[str, o
     )
     kept, rest = counts.iloc[:top], counts.iloc[top:]
     rows = [
-        _failure_row(policy, str(reason), str(step), int(n), len(runs))
+        failure_row(policy, str(reason), str(step), int(n), len(runs))
         for (reason, step), n in kept.items()
     ]
     if len(rest):
-        rows.append(_failure_row(policy, "other", "", int(rest.sum()), len(runs)))
+        rows.append(failure_row(policy, "other", "", int(rest.sum()), len(runs)))
     return rows
 
 
-def _failure_row(policy: str, reason: str, step: str, n: int, total: int) -> dict[str, object]:
+def failure_row(policy: str, reason: str, step: str, n: int, total: int) -> dict[str, object]:
+    """A `failure` row: `n` of `total` runs failed for `reason` at `step`."""
     return {
         "policy": policy,
         "section": "failure",
@@ -109,14 +110,41 @@ def _provider_row(
     peak = peak_window_sum(
         mine["start_s"].to_numpy(float), mine["quota_tokens"].to_numpy(float), MINUTE_S
     )
+    return provider_row(
+        policy,
+        name,
+        limit,
+        calls=len(mine),
+        rate_limited=int((outcome == OUTCOME_RATE_LIMITED).sum()),
+        timeouts=int((outcome == OUTCOME_TIMEOUT).sum()),
+        errors=int((outcome == OUTCOME_ERROR).sum()),
+        busy=busy,
+        peak=peak,
+    )
+
+
+def provider_row(
+    policy: str,
+    name: str,
+    limit: ProviderLimits,
+    *,
+    calls: int,
+    rate_limited: int,
+    timeouts: int,
+    errors: int,
+    busy: float,
+    peak: float,
+) -> dict[str, object]:
+    """A `provider` row: its calls and failures, `busy` mean slots held, `peak` tokens admitted
+    in any minute, each against the provider's limit (from whole tables or `sim.tally`)."""
     return {
         "policy": policy,
         "section": "provider",
         "provider": name,
-        "calls": len(mine),
-        "rate_limited": int((outcome == OUTCOME_RATE_LIMITED).sum()),
-        "timeouts": int((outcome == OUTCOME_TIMEOUT).sum()),
-        "errors": int((outcome == OUTCOME_ERROR).sum()),
+        "calls": calls,
+        "rate_limited": rate_limited,
+        "timeouts": timeouts,
+        "errors": errors,
         "busy_slots_mean": busy,
         "concurrency": limit.concurrency,
         "busy_share": busy / limit.concurrency,

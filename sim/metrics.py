@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
@@ -415,16 +416,59 @@ def _deadline_row(
 
 
 def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[str, object]:
-    n_requests = int(runs["request_id"].nunique())
-    n_runs = len(runs)
-    successes = int(runs["ok"].sum())
-    lo, hi = wilson_interval(successes, n_runs)
-    latency = runs["latency_s"].to_numpy(dtype=float)
-    cost = float(calls["cost_usd"].sum())
     outcome = calls["outcome"]
     sdk_retries = calls["sdk_retry"] > 0 if "sdk_retry" in calls else outcome.isna()
-    first_attempts = int(((calls["attempt"] == 0) & ~sdk_retries).sum())
-    wasted = float(calls.loc[outcome != OUTCOME_OK, "cost_usd"].sum())
+    successes = int(runs["ok"].sum())
+    return count_row(
+        policy,
+        RunCounts(
+            requests=int(runs["request_id"].nunique()),
+            runs=len(runs),
+            successes=successes,
+            calls=len(calls),
+            first_attempts=int(((calls["attempt"] == 0) & ~sdk_retries).sum()),
+            sdk_retries=int(sdk_retries.sum()),
+            timeouts=int((outcome == OUTCOME_TIMEOUT).sum()),
+            cancelled=int((outcome == OUTCOME_CANCELLED).sum()),
+            rate_limited=int((outcome == OUTCOME_RATE_LIMITED).sum()),
+            cost=float(calls["cost_usd"].sum()),
+            wasted=float(calls.loc[outcome != OUTCOME_OK, "cost_usd"].sum()),
+            tokens=float((calls["input_tokens"] + calls["output_tokens"]).sum()),
+            customer_success_rate=float(runs.groupby("request_id")["ok"].any().mean()),
+            goodput_per_s=_goodput(runs, successes),
+            shed=int((runs["fail_reason"] == "shed").sum()) if "fail_reason" in runs else 0,
+        ),
+        runs["latency_s"].to_numpy(dtype=float),
+    )
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """The counts and sums one policy's run-and-call metrics are made of (from whole tables, or
+    tallied chunk by chunk in `sim.tally`); costs in USD, tokens billed."""
+
+    requests: int
+    runs: int
+    successes: int
+    calls: int
+    first_attempts: int
+    sdk_retries: int
+    timeouts: int
+    cancelled: int
+    rate_limited: int
+    cost: float
+    wasted: float
+    tokens: float
+    customer_success_rate: float
+    goodput_per_s: float
+    shed: int
+
+
+def count_row(policy: str, c: RunCounts, latency: np.ndarray) -> dict[str, object]:
+    """The summary's run, latency, cost and call metrics from `c` and every run's latency_s:
+    one set of formulas for the whole tables and for the tally."""
+    n_requests, n_runs, successes = c.requests, c.runs, c.successes
+    lo, hi = wilson_interval(successes, n_runs)
     p50, p95, p99 = np.percentile(latency, [50, 95, 99]) if n_runs else (np.nan,) * 3
     return {
         "policy": policy,
@@ -438,25 +482,24 @@ def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[s
         "p99_s": float(p99),
         "mean_s": float(latency.mean()) if n_runs else np.nan,
         "std_s": float(latency.std()) if n_runs else np.nan,
-        "cost_per_request_usd": cost / n_requests,
-        "cost_per_success_usd": cost / successes if successes else np.nan,
-        "tokens_per_request": float((calls["input_tokens"] + calls["output_tokens"]).sum())
-        / n_requests,
-        "calls_per_request": len(calls) / n_requests,
-        "customer_success_rate": float(runs.groupby("request_id")["ok"].any().mean()),
+        "cost_per_request_usd": c.cost / n_requests,
+        "cost_per_success_usd": c.cost / successes if successes else np.nan,
+        "tokens_per_request": c.tokens / n_requests,
+        "calls_per_request": c.calls / n_requests,
+        "customer_success_rate": c.customer_success_rate,
         "retry_amplification": n_runs / n_requests,
-        "extra_attempts_per_request": (len(calls) - first_attempts) / n_requests,
-        "timeouts_per_request": float((outcome == OUTCOME_TIMEOUT).sum()) / n_requests,
-        "cancelled_per_request": float((outcome == OUTCOME_CANCELLED).sum()) / n_requests,
-        "rate_limited_per_request": float((outcome == OUTCOME_RATE_LIMITED).sum()) / n_requests,
-        "sdk_retries_per_request": float(sdk_retries.sum()) / n_requests,
-        "wasted_cost_share": wasted / cost if cost > 0 else 0.0,
-        "calls_per_success": len(calls) / successes if successes else np.nan,
-        "goodput_per_s": _goodput(runs, successes),
-        "hedge_rate": (len(calls) - first_attempts - int(sdk_retries.sum())) / first_attempts
-        if first_attempts
+        "extra_attempts_per_request": (c.calls - c.first_attempts) / n_requests,
+        "timeouts_per_request": float(c.timeouts) / n_requests,
+        "cancelled_per_request": float(c.cancelled) / n_requests,
+        "rate_limited_per_request": float(c.rate_limited) / n_requests,
+        "sdk_retries_per_request": float(c.sdk_retries) / n_requests,
+        "wasted_cost_share": c.wasted / c.cost if c.cost > 0 else 0.0,
+        "calls_per_success": c.calls / successes if successes else np.nan,
+        "goodput_per_s": c.goodput_per_s,
+        "hedge_rate": (c.calls - c.first_attempts - c.sdk_retries) / c.first_attempts
+        if c.first_attempts
         else np.nan,
-        "shed_requests": int((runs["fail_reason"] == "shed").sum()) if "fail_reason" in runs else 0,
+        "shed_requests": c.shed,
     }
 
 

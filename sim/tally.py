@@ -20,11 +20,23 @@ import numpy as np
 import pandas as pd
 
 from sim.actions import UNKNOWN, Action, actions_frame
-from sim.analytic import wilson_interval
-from sim.breakdown import BREAKDOWN_COLUMNS, TOP_FAILURES, ProviderLimits
+from sim.breakdown import (
+    BREAKDOWN_COLUMNS,
+    TOP_FAILURES,
+    ProviderLimits,
+    failure_row,
+    provider_row,
+)
 from sim.deadlines import BUDGETS, BY_DEADLINE
 from sim.engine import FAIL_DEADLINE, Records, Simulation
-from sim.metrics import MINUTE_S, SUMMARY_METRICS, calls_frame, requests_frame
+from sim.metrics import (
+    MINUTE_S,
+    SUMMARY_METRICS,
+    RunCounts,
+    calls_frame,
+    count_row,
+    requests_frame,
+)
 from sim.provider import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -273,39 +285,30 @@ class PolicyTally:
         s = self.sums
         n_requests = int(self.seen.sum())
         n_runs, successes = int(s.get("runs", 0)), int(s.get("successes", 0))
-        calls, first = int(s.get("calls", 0)), int(s.get("first_attempts", 0))
-        sdk, cost = int(s.get("sdk_retries", 0)), float(s.get("cost", 0.0))
         latency = self.latencies()
         signal = np.concatenate(self._signal) if self._signal else np.empty(0)
-        p50, p95, p99 = np.percentile(latency, [50, 95, 99]) if n_runs else (np.nan,) * 3
         sig50, sig99 = np.percentile(signal, [50, 99]) if n_runs else (np.nan,) * 2
-        lo, hi = wilson_interval(successes, n_runs)
         per_request = max(1, n_requests)  # the answer metrics' guard (summarize's)
         span = self.last_end_s - self.first_arrival_s
-        row: dict[str, object] = {
-            "policy": self.policy,
-            "requests": n_requests,
-            "runs": n_runs,
-            "hit_rate": successes / n_runs if n_runs else np.nan,
-            "hit_rate_lo": lo,
-            "hit_rate_hi": hi,
-            "p50_s": float(p50),
-            "p95_s": float(p95),
-            "p99_s": float(p99),
-            "mean_s": float(latency.mean()) if n_runs else np.nan,
-            "std_s": float(latency.std()) if n_runs else np.nan,
-            "cost_per_request_usd": cost / n_requests,
-            "cost_per_success_usd": cost / successes if successes else np.nan,
-            "tokens_per_request": float(s.get("tokens", 0.0)) / n_requests,
-            "calls_per_request": calls / n_requests,
-            "customer_success_rate": float(self.ok_any[self.seen].mean()),
-            "retry_amplification": n_runs / n_requests,
-            "extra_attempts_per_request": (calls - first) / n_requests,
-            "timeouts_per_request": s.get(f"outcome_{OUTCOME_TIMEOUT}", 0) / n_requests,
-            "cancelled_per_request": s.get(f"outcome_{OUTCOME_CANCELLED}", 0) / n_requests,
-            "rate_limited_per_request": s.get(f"outcome_{OUTCOME_RATE_LIMITED}", 0) / n_requests,
-            "sdk_retries_per_request": sdk / n_requests,
-            "wasted_cost_share": float(s.get("wasted", 0.0)) / cost if cost > 0 else 0.0,
+        counts = RunCounts(
+            requests=n_requests,
+            runs=n_runs,
+            successes=successes,
+            calls=int(s.get("calls", 0)),
+            first_attempts=int(s.get("first_attempts", 0)),
+            sdk_retries=int(s.get("sdk_retries", 0)),
+            timeouts=int(s.get(f"outcome_{OUTCOME_TIMEOUT}", 0)),
+            cancelled=int(s.get(f"outcome_{OUTCOME_CANCELLED}", 0)),
+            rate_limited=int(s.get(f"outcome_{OUTCOME_RATE_LIMITED}", 0)),
+            cost=float(s.get("cost", 0.0)),
+            wasted=float(s.get("wasted", 0.0)),
+            tokens=float(s.get("tokens", 0.0)),
+            customer_success_rate=float(self.ok_any[self.seen].mean()),
+            goodput_per_s=successes / span if n_runs and span > 0 else np.nan,
+            shed=int(s.get("shed", 0)),
+        )
+        row = count_row(self.policy, counts, latency)
+        row |= {
             "quality_mean": s["quality_sum"] / s["quality_n"]
             if s.get("quality_n") and successes
             else math.nan,
@@ -316,11 +319,7 @@ class PolicyTally:
             "truncated_per_request": s.get(f"outcome_{OUTCOME_TRUNCATED}", 0) / per_request,
             "draft_kept": s.get("draft_kept", 0) / per_request,
             "draft_upgraded": s.get("draft_upgraded", 0) / per_request,
-            "calls_per_success": calls / successes if successes else np.nan,
-            "goodput_per_s": successes / span if n_runs and span > 0 else np.nan,
-            "hedge_rate": (calls - first - sdk) / first if first else np.nan,
             "peak_tpm_share": self._peak_tpm_share(),
-            "shed_requests": int(s.get("shed", 0)),
             "breaker_open_s": float(breaker_open_s) if breaker_open_s is not None else np.nan,
             "first_signal_p50_s": float(sig50),
             "first_signal_p99_s": float(sig99),
@@ -355,42 +354,25 @@ class PolicyTally:
         kept, rest = ranked[:top], ranked[top:]
         total = self.all_runs
         for (reason, step), n in kept:
-            rows.append(_failure_row(self.policy, reason, step, n, total))
+            rows.append(failure_row(self.policy, reason, step, n, total))
         if rest:
-            rows.append(_failure_row(self.policy, "other", "", sum(n for _, n in rest), total))
+            rows.append(failure_row(self.policy, "other", "", sum(n for _, n in rest), total))
         for name, load in self.providers.items():
             limit = self.limits[name]
-            busy = load.held_s / span if span > 0 else 0.0
-            peak = load.tokens.peak()
             rows.append(
-                {
-                    "policy": self.policy,
-                    "section": "provider",
-                    "provider": name,
-                    "calls": load.calls,
-                    "rate_limited": load.outcomes[OUTCOME_RATE_LIMITED],
-                    "timeouts": load.outcomes[OUTCOME_TIMEOUT],
-                    "errors": load.outcomes[OUTCOME_ERROR],
-                    "busy_slots_mean": busy,
-                    "concurrency": limit.concurrency,
-                    "busy_share": busy / limit.concurrency,
-                    "peak_minute_tokens": peak,
-                    "tpm": limit.tpm if limit.tpm is not None else math.nan,
-                    "peak_tpm_share": peak / limit.tpm if limit.tpm else math.nan,
-                }
+                provider_row(
+                    self.policy,
+                    name,
+                    limit,
+                    calls=load.calls,
+                    rate_limited=load.outcomes[OUTCOME_RATE_LIMITED],
+                    timeouts=load.outcomes[OUTCOME_TIMEOUT],
+                    errors=load.outcomes[OUTCOME_ERROR],
+                    busy=load.held_s / span if span > 0 else 0.0,
+                    peak=load.tokens.peak(),
+                )
             )
         return rows
-
-
-def _failure_row(policy: str, reason: str, step: str, n: int, total: int) -> dict[str, object]:
-    return {
-        "policy": policy,
-        "section": "failure",
-        "fail_reason": reason,
-        "fail_step": step,
-        "runs": n,
-        "share_of_runs": n / total if total else math.nan,
-    }
 
 
 def span_of(tallies: Sequence[PolicyTally]) -> float:
