@@ -391,16 +391,7 @@ def _deadline_row(
         row["first_signal_p50_s"], row["first_signal_p99_s"] = float(p50), float(p99)
         met = (~np.isnan(signal)) & (signal <= first_signal_s) if first_signal_s else None
         row["first_signal_hit_rate"] = float(met.mean()) if met is not None and n_runs else np.nan
-    keys = ["request_id", "resend"]
-    ended = calls[[*keys, "ended_by"]] if "ended_by" in calls else calls[keys].assign(ended_by="")
-    if actions is not None and len(actions):
-        ended = pd.concat([ended, actions[[*keys, "ended_by"]]], ignore_index=True)
-    run_index = pd.MultiIndex.from_frame(runs[keys])
-    for budget in BUDGETS:
-        hit = ended.loc[ended["ended_by"] == budget, keys].drop_duplicates()
-        breached = run_index.isin(pd.MultiIndex.from_frame(hit))
-        if budget == BY_DEADLINE and "fail_reason" in runs:
-            breached |= (runs["fail_reason"] == FAIL_DEADLINE).to_numpy(bool)
+    for budget, breached in breach_flags(runs, calls, actions).items():
         row[f"breach_{budget}"] = float(breached.mean()) if n_runs else np.nan
     for name in ("refused_retries", "refused_starts"):
         row[name] = int(runs[name].sum()) if name in runs else 0
@@ -413,6 +404,26 @@ def _deadline_row(
     else:
         row |= {"duplicate_actions": 0, "late_actions": 0, "unknown_actions": 0}
     return row
+
+
+def breach_flags(
+    runs: pd.DataFrame, calls: pd.DataFrame, actions: pd.DataFrame | None = None
+) -> dict[str, np.ndarray]:
+    """Per budget of `BUDGETS`, which runs had a call or action cut by it (the deadline's also
+    counts runs that failed at the deadline), aligned with `runs`."""
+    keys = ["request_id", "resend"]
+    ended = calls[[*keys, "ended_by"]] if "ended_by" in calls else calls[keys].assign(ended_by="")
+    if actions is not None and len(actions):
+        ended = pd.concat([ended, actions[[*keys, "ended_by"]]], ignore_index=True)
+    run_index = pd.MultiIndex.from_frame(runs[keys])
+    flags = {}
+    for budget in BUDGETS:
+        hit = ended.loc[ended["ended_by"] == budget, keys].drop_duplicates()
+        breached = run_index.isin(pd.MultiIndex.from_frame(hit))
+        if budget == BY_DEADLINE and "fail_reason" in runs:
+            breached |= (runs["fail_reason"] == FAIL_DEADLINE).to_numpy(bool)
+        flags[budget] = breached
+    return flags
 
 
 def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[str, object]:

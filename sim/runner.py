@@ -182,7 +182,9 @@ def run(
 
     streams = Streams(seed, "main")
     arrivals = arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
-    bank = CallDrawBank(streams.child("calls"), n)
+    # summaries only: the event engine draws from blocks near the requests in flight
+    bank_class = CallDrawBank if records == ALL else WindowedDrawBank
+    bank = bank_class(streams.child("calls"), n)
     latencies = serving_latencies(scenario)
     steps = Workflow.from_scenario(scenario).steps
     chosen = engine or scenario.engine
@@ -261,12 +263,15 @@ class _RunContext:
         stop: Callable[[], bool] | None,
     ) -> Records:
         """Policy `name` on the event engine, with its deadline rules."""
+        tick = (lambda k, _name=name: progress(_name, k)) if progress else None
+        return self.simulation(name, policy).run(self.arrivals, tick, stop)
+
+    def simulation(self, name: str, policy: Policy) -> Simulation:
+        """A fresh event-engine simulation of policy `name`, with its deadline rules."""
         rules = rules_for(self.scenario, name, self.expected[name])
-        sim = Simulation(
+        return Simulation(
             self.scenario, policy, self.bank, self.streams, latencies=self.latencies, rules=rules
         )
-        tick = (lambda k, _name=name: progress(_name, k)) if progress else None
-        return sim.run(self.arrivals, tick, stop)
 
 
 def _run_tallied(
@@ -284,8 +289,6 @@ def _run_tallied(
     vectorized policies run a chunk of requests at a time, so memory does not grow with calls."""
     scenario = context.scenario
     clocked = clock_arrivals(np.asarray(context.arrivals, dtype=float))
-    # the event engine draws from blocks of requests near those in flight, not from every row
-    context.bank = WindowedDrawBank(context.streams.child("calls"), n)
     steps = Workflow.from_scenario(scenario).steps
     tallies, kept, engines, notes, breaker_open = [], [], {}, {}, {}
     for name in context.names:
@@ -373,11 +376,7 @@ class _Collector:
         """The whole policy on the event engine, its settled runs tallied as it goes (see
         `SettledRuns`); returns its breakers' open seconds."""
         context, name = self.context, self.name
-        rules = rules_for(context.scenario, name, context.expected[name])
-        sim = Simulation(
-            context.scenario, policy, context.bank, context.streams,
-            latencies=context.latencies, rules=rules,
-        )  # fmt: skip
+        sim = context.simulation(name, policy)
         keep = self.requests if self.records == REQUESTS else None
         settled = SettledRuns(sim, self.tally, keep)
         progress = self.progress

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from sim.actions import UNKNOWN, Action, actions_frame
+from sim.actions import Action, action_counts, actions_frame
 from sim.breakdown import (
     BREAKDOWN_COLUMNS,
     TOP_FAILURES,
@@ -27,12 +27,13 @@ from sim.breakdown import (
     failure_row,
     provider_row,
 )
-from sim.deadlines import BUDGETS, BY_DEADLINE
-from sim.engine import FAIL_DEADLINE, Records, Simulation
+from sim.deadlines import BUDGETS
+from sim.engine import Records, Simulation
 from sim.metrics import (
     MINUTE_S,
     SUMMARY_METRICS,
     RunCounts,
+    breach_flags,
     calls_frame,
     count_row,
     requests_frame,
@@ -216,8 +217,6 @@ class PolicyTally:
         self._add("orphan_calls", int(orphan.sum()))
         self._add("orphan_tokens", int(tokens[orphan].sum()))
         self._add("orphan_cost", float(cost[orphan].sum()))
-        if len(calls):
-            self.last_end_s = max(self.last_end_s, -math.inf)
         for (provider, model), window in self.quota_windows.items():
             mask = calls["provider"] == provider
             if model is not None:
@@ -230,21 +229,11 @@ class PolicyTally:
         self, runs: pd.DataFrame, calls: pd.DataFrame, actions: pd.DataFrame | None
     ) -> None:
         """Runs with a call or action cut by each budget (and runs failed at the deadline)."""
-        keys = ["request_id", "resend"]
-        ended = calls[[*keys, "ended_by"]]
-        if actions is not None and len(actions):
-            ended = pd.concat([ended, actions[[*keys, "ended_by"]]], ignore_index=True)
-        run_index = pd.MultiIndex.from_frame(runs[keys])
-        for budget in BUDGETS:
-            hit = ended.loc[ended["ended_by"] == budget, keys].drop_duplicates()
-            breached = run_index.isin(pd.MultiIndex.from_frame(hit))
-            if budget == BY_DEADLINE:
-                breached |= (runs["fail_reason"] == FAIL_DEADLINE).to_numpy(bool)
+        for budget, breached in breach_flags(runs, calls, actions).items():
             self._add(f"breach_{budget}", int(breached.sum()))
         if actions is not None and len(actions):
-            self._add("duplicate_actions", int(actions["duplicate"].sum()))
-            self._add("late_actions", int(actions["late"].sum()))
-            self._add("unknown_actions", int((actions["state"] == UNKNOWN).sum()))
+            for name, count in action_counts(actions).items():
+                self._add(name, count)
 
     def _add_breakdown(self, runs: pd.DataFrame, calls: pd.DataFrame, horizon: float) -> None:
         self.all_runs += len(runs)
