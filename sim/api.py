@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sim.config import Scenario
 from sim.scenario import load_scenario, with_overrides
-from sim.sweep import SweepPoint, SweepResult, run_sweep
+from sim.sweep import SweepPoint, SweepResult, run_sweep, with_engine
 
 
 def sweep(
@@ -20,12 +20,16 @@ def sweep(
     workers: int | None = None,
     scheduler: str | None = None,
     progress: Callable[[int, int, SweepPoint], None] | None = None,
+    engine: str | None = None,
 ) -> SweepResult:
     """Run a scenario's sweep (a Scenario, a YAML path, or the bundled default) and return the
-    stacked tables; `.aggregate`, `.save(dir)` and `.plot()` on the result."""
+    stacked tables; `.aggregate`, `.save(dir)` and `.plot()` on the result. `engine` overrides
+    the scenario's `engine:` at every point (as `tailsim sweep --engine`)."""
     spec = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     if seed is not None:
         spec = with_overrides(spec, {"seed": seed})
+    if engine is not None:
+        spec = with_engine(spec, engine)
     return run_sweep(
         spec,
         requests=requests,

@@ -32,6 +32,7 @@ from rich.table import Table
 import sim
 from sim.capacity import ALL, RECORDS, default_records, estimated_bytes
 from sim.config import Scenario
+from sim.engine_choice import ENGINES
 from sim.errors import ScenarioError
 from sim.executors import EXECUTORS
 from sim.explain import breakdown_table, read_breakdown
@@ -45,7 +46,7 @@ from sim.results import (
 )
 from sim.runner import chosen_policies
 from sim.scenario import default_scenario_path, json_schema_text, load_scenario, with_overrides
-from sim.sweep import expand
+from sim.sweep import expand, with_engine
 
 EXIT_BAD_INPUT = 2
 #: Exit code after Ctrl-C, as shells report a command killed by SIGINT (128 + 2).
@@ -221,6 +222,11 @@ def run(
     "--scheduler",
     help="Address of an existing dask scheduler (tcp://host:8786); needs --executor dask.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    help="Override `engine` at every point, as `tailsim run --engine`: auto, des, vectorized.",
+)
 def sweep(
     scenario: Path | None,
     out_dir: Path | None,
@@ -232,6 +238,7 @@ def sweep(
     executor: str,
     workers: int | None,
     scheduler: str | None,
+    engine: str | None,
 ) -> None:
     """Run SCENARIO's `sweep:` grid x replications, every policy at every point.
 
@@ -243,6 +250,8 @@ def sweep(
         source, spec = _load(scenario)
         if seed is not None:
             spec = with_overrides(spec, {"seed": seed}, source=source)
+        if engine is not None:  # in the scenario, so every point runs it and the store keys it
+            spec = with_engine(spec, engine, source)
         if spec.sweep is None or not (spec.sweep.grid or spec.sweep.zip):
             raise ScenarioError(
                 source,

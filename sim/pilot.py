@@ -6,6 +6,11 @@ step's successful call latencies (queue wait included) are recorded, and 'p95' b
 step's 95th percentile (for `ttft_cutoff`, of its first-token latency). The pilot also gives
 `adaptive` its default `reserve_s`: the sum of median latencies along the longest path of steps
 after a step, and deadline-aware admission its expected attempt time per step.
+
+A tool step (`kind: tool`) makes no LLM call: the engine runs it under its own budgets, never a
+policy, so a policy's thresholds (`cutoff`, `after`, ...) apply to no call of it and are not
+resolved for it (its spec is kept as written, and it has no runtime plan). Admission's expected
+time does apply to tool submits: `sim.deadlines.resolve_expected` measures it for every step.
 """
 
 from __future__ import annotations
@@ -37,11 +42,19 @@ from sim.workflow import Workflow
 TTFT_SAMPLE = "first-token"
 
 
+def tool_steps(scenario: Scenario) -> frozenset[str]:
+    """Ids of the scenario's tool steps: run by the engine, so no policy threshold applies."""
+    return frozenset(s.id for s in scenario.workflow.steps if s.kind == "tool")
+
+
 def needs_pilot(scenario: Scenario) -> bool:
-    """True if any policy (at any step) names a percentile threshold or runs `adaptive`
+    """True if any policy (at any LLM step) names a percentile threshold or runs `adaptive`
     without its own `reserve_s`."""
+    tools = tool_steps(scenario)
     for per_step in effective_specs(scenario).values():
-        for spec in per_step.values():
+        for step, spec in per_step.items():
+            if step in tools:
+                continue
             if isinstance(spec, AdaptivePolicy) and spec.reserve_s is None:
                 return True
             for field in THRESHOLD_FIELDS.get(type(spec), ()):
@@ -89,14 +102,19 @@ def resolve_specs(
     scenario: Scenario, seed: int, latencies: dict[Any, np.ndarray] | None = None
 ) -> dict[str, dict[str, PlainPolicy]]:
     """Per policy and step, the plain spec it runs with every threshold in seconds (and
-    `adaptive`'s `reserve_s` filled in from the pilot's medians)."""
+    `adaptive`'s `reserve_s` filled in from the pilot's medians); a tool step's spec as written
+    (no policy runs it: see the module docstring)."""
     if latencies is None and needs_pilot(scenario):
         latencies = step_latencies(scenario, seed, first_token=True)
     reserve = _reserves(scenario, latencies) if latencies is not None else {}
+    tools = tool_steps(scenario)
     resolved: dict[str, dict[str, PlainPolicy]] = {}
     for name, per_step in effective_specs(scenario).items():
         resolved[name] = {}
         for step, spec in per_step.items():
+            if step in tools:
+                resolved[name][step] = spec
+                continue
             update: dict[str, Any] = {}
             for field in THRESHOLD_FIELDS.get(type(spec), ()):
                 value = getattr(spec, field)
@@ -145,16 +163,19 @@ def resolve_thresholds(
 ) -> dict[str, dict[str, float]]:
     """Per policy and step, the main threshold in seconds (`cutoff`, `after` or
     `upgrade_within`; percentiles measured by the pilot). Steps without one are left out."""
-    return thresholds_of(resolve_specs(scenario, seed, latencies))
+    return thresholds_of(resolve_specs(scenario, seed, latencies), tool_steps(scenario))
 
 
-def thresholds_of(resolved: dict[str, dict[str, PlainPolicy]]) -> dict[str, dict[str, float]]:
-    """The main threshold of each policy and step of resolved specs (see `resolve_specs`)."""
+def thresholds_of(
+    resolved: dict[str, dict[str, PlainPolicy]], tools: frozenset[str]
+) -> dict[str, dict[str, float]]:
+    """The main threshold of each policy and step of resolved specs (see `resolve_specs`),
+    leaving out the `tools` steps (`tool_steps`: a threshold of theirs applies to no call)."""
     out: dict[str, dict[str, float]] = {}
     for name, per_step in resolved.items():
         out[name] = {}
         for step, spec in per_step.items():
             fields = THRESHOLD_FIELDS.get(type(spec), ())
-            if fields:
+            if fields and step not in tools:
                 out[name][step] = float(getattr(spec, fields[0]))
     return out

@@ -507,10 +507,13 @@ def build_resolved(
 ) -> Policy:
     """The runtime policy of per-step specs whose thresholds are seconds (`resolve_specs`).
 
-    Steps sharing a spec share one runtime policy; a policy with one spec for every step is
-    exactly `build_policy` of it."""
+    Steps sharing a spec share one runtime policy; a policy with one spec for every LLM step is
+    exactly `build_policy` of it. Tool steps get no plan (the engine runs them, `sim.actions`):
+    their specs, thresholds unresolved, are never built."""
     groups: dict[str, list[Step]] = {}
     for step in steps:
+        if step.tool is not None:
+            continue
         groups.setdefault(specs[step.id].model_dump_json(), []).append(step)
     built: dict[str, Policy] = {}
     for members in groups.values():

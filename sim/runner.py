@@ -26,7 +26,7 @@ from sim.engine import Records, Simulation, serving_latencies
 from sim.engine_choice import DES, VECTORIZED, vectorized_in_chunks, vectorized_tables
 from sim.errors import ScenarioError
 from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS, calls_frame, requests_frame, summarize
-from sim.pilot import needs_pilot, resolve_specs, step_latencies, thresholds_of
+from sim.pilot import needs_pilot, resolve_specs, step_latencies, thresholds_of, tool_steps
 from sim.policies import Policy, build_resolved
 from sim.streams import CallDrawBank, Streams, WindowedDrawBank
 from sim.tally import PolicyTally, SettledRuns
@@ -176,7 +176,7 @@ def run(
     if needs_pilot(scenario) or admission_needs_pilot(scenario):
         measured = step_latencies(scenario, seed, first_token=True)
     specs = resolve_specs(scenario, seed, measured)
-    thresholds = thresholds_of(specs)
+    thresholds = thresholds_of(specs, tool_steps(scenario))
     expected = resolve_expected(scenario, measured)
     wall = {"pilot": time.perf_counter() - started}
 

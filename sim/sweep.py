@@ -119,6 +119,18 @@ def swept_keys(scenario: Scenario) -> list[str]:
     return [*spec.grid, *spec.zip] if spec is not None else []
 
 
+def with_engine(scenario: Scenario, engine: str, source: str = "") -> Scenario:
+    """The scenario with `engine` in place of its own (`tailsim sweep --engine`, as `tailsim run
+    --engine`): set in the scenario, every point runs it and a stored sweep is keyed by it.
+    Refused when the sweep itself varies `engine`."""
+    if "engine" in swept_keys(scenario):
+        raise ScenarioError(
+            source or scenario.name,
+            [("sweep", "varies `engine` per point: drop --engine, or `engine` from the sweep")],
+        )
+    return with_overrides(scenario, {"engine": engine}, source=source)
+
+
 def expand(scenario: Scenario) -> list[SweepPoint]:
     """Every (grid values, zip index, replication) of the scenario's sweep, keys checked first.
 

@@ -136,9 +136,12 @@ class Evaluator:
         return max(0.01, round(float(np.percentile(sample, pct)), 2))
 
     def step_specs(self, knobs: Knobs) -> dict[str, dict[str, Any]]:
-        """The adaptive spec of every step, as plain mappings with thresholds in seconds."""
+        """The adaptive spec of every LLM step, as plain mappings with thresholds in seconds
+        (a tool step is run by the engine, not a policy: nothing to tune, no percentile)."""
         specs = {}
         for i, step in enumerate(self.steps):
+            if step.tool is not None:
+                continue
             spec: dict[str, Any] = {
                 "kind": "adaptive",
                 "cutoff": self.seconds(step.id, knobs.cutoff_pct[i]),
@@ -250,10 +253,11 @@ class _Space:
         self.multi_provider = len(scenario.providers) > 1
 
     def steps_by_load(self) -> list[int]:
-        """Steps, most depended-on and required first (the article's "how much is waiting")."""
+        """LLM steps, most depended-on and required first (the article's "how much is
+        waiting"); tool steps have nothing to search."""
         workflow = Workflow(self.steps)
         return sorted(
-            range(len(self.steps)),
+            (i for i, s in enumerate(self.steps) if s.tool is None),
             key=lambda i: (-len(workflow.downstream(i)), not self.steps[i].required, i),
         )
 
@@ -426,8 +430,9 @@ def run_tune(
     out_dir = out_file.resolve().parent
     fresh = tuned_scenario_data(data, result.policy, str(source.resolve().parent), str(out_dir))
     tuned = scenario_from_dict(fresh, source=str(out_file), base_dir=out_dir)
-    for step, spec in effective_specs(tuned)[TUNED].items():  # the file runs what was scored
-        if spec != AdaptivePolicy.model_validate(result.step_specs[step]):
+    written = effective_specs(tuned)[TUNED]
+    for step, scored in result.step_specs.items():  # the file runs what was scored
+        if written[step] != AdaptivePolicy.model_validate(scored):
             raise AssertionError(f"written policy differs from the scored one at step {step}")
     header = (
         f"# {scenario.name} with policy `{TUNED}` added by `tailsim tune` "
