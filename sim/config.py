@@ -504,6 +504,26 @@ class ShedSpec(Spec):
     min_samples: Annotated[int, Field(ge=1)] = Field(
         default=5, description="step times needed in the window before anything is shed"
     )
+    on_429_share: Annotated[float, Field(ge=0, lt=1)] | None = Field(
+        default=None,
+        description="also shed while the share of the policy's attempts answered with a 429 "
+        "over the last window_s exceeds this (min_samples attempts needed); none: off",
+    )
+
+
+class RateLimitShareSpec(Spec):
+    """No hedge or extra race attempt to a provider while the share of the policy's attempts
+    on it answered with a 429 over the last `window_s` exceeds `share` (with at least
+    `min_samples` attempts ended in the window)."""
+
+    share: Annotated[float, Field(ge=0, lt=1)] = Field(
+        description="429-answered attempts / attempts ended in the window above which hedging "
+        "to the provider stops"
+    )
+    window_s: PositiveFloat = Field(default=10.0, description="how far back attempts count, s")
+    min_samples: Annotated[int, Field(ge=1)] = Field(
+        default=5, description="attempts needed in the window before hedging is stopped"
+    )
 
 
 class ControlsSpec(Spec):
@@ -519,6 +539,11 @@ class ControlsSpec(Spec):
         description="no hedge or extra race attempt to a provider for this long after its last 429",
     )
     shed: ShedSpec | None = None
+    stop_hedging_on_429_share: RateLimitShareSpec | None = Field(
+        default=None,
+        description="no hedge or extra race attempt to a provider while its recent 429 share "
+        "exceeds a threshold",
+    )
 
 
 #: A step's entry in a policy's `steps:` map: another policy's name, a full policy (with
