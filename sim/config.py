@@ -7,7 +7,6 @@ only says what a valid scenario is, so the engine can import it without touching
 from __future__ import annotations
 
 import math
-import re
 from difflib import get_close_matches
 from typing import Annotated, Any, Literal
 
@@ -19,6 +18,12 @@ from pydantic import (
     Field,
     PrivateAttr,
     model_validator,
+)
+
+from sim.thresholds import (
+    parse_expected,
+    parse_threshold,
+    percentile_of,  # noqa: F401 - re-exported: callers import it here
 )
 
 Path = tuple[str | int, ...]
@@ -44,34 +49,11 @@ NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Probability = Annotated[float, Field(ge=0, le=1)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
 
-_PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
-
-
-def _parse_threshold(value: Any) -> float | str:
-    """Accept seconds (> 0) or 'pNN' (a percentile measured by the pilot run)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected seconds (> 0) or a percentile like 'p95', got {value!r}")
-    if isinstance(value, int | float):
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"seconds must be a finite number > 0, got {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        match = _PERCENTILE.match(value.strip())
-        if match and 0 < float(match.group(1)) < 100:
-            return f"p{match.group(1)}"
-        raise ValueError(
-            f"expected seconds (> 0) or a percentile 'pNN' with 0 < NN < 100, got {value!r}"
-        )
-    raise ValueError(f"expected seconds (> 0) or a percentile like 'p95', got {value!r}")
-
-
-#: Seconds, or "pNN": the NNth percentile of a step's successful call latency in the pilot run.
-Threshold = Annotated[float | str, BeforeValidator(_parse_threshold)]
-
-
-def percentile_of(threshold: float | str) -> float | None:
-    """The NN of a 'pNN' threshold, or None when the threshold is already in seconds."""
-    return float(threshold[1:]) if isinstance(threshold, str) else None
+#: Seconds, "pNN" (the NNth percentile of a step's successful call latency in the pilot run),
+#: or "KxpNN" (K times it; written "1.5 x p95", "1.5xp95" or "1.5*p95"). See sim.thresholds.
+Threshold = Annotated[float | str, BeforeValidator(parse_threshold)]
+#: `admission.expected`: one Threshold, or a mapping of step id (or `default`) -> Threshold.
+ExpectedTimes = Annotated[float | str | dict[str, float | str], BeforeValidator(parse_expected)]
 
 
 _DIST_PARAMETERS: dict[str, tuple[set[str], ...]] = {
@@ -421,9 +403,10 @@ class AdmissionSpec(Spec):
     submit or a step's first attempt) starts only if the time left exceeds its backoff wait
     plus the `expected` attempt time (plus `workflow.reserve_s`, already kept back)."""
 
-    expected: Threshold = Field(
+    expected: ExpectedTimes = Field(
         default="p50",
-        description="expected attempt time: seconds, or 'pNN' of the step's pilot latency",
+        description="expected attempt time: seconds, 'pNN' or 'K x pNN' of the step's pilot "
+        "latency, or a mapping of step id (or 'default') to one of those",
     )
 
 
@@ -504,6 +487,26 @@ class ShedSpec(Spec):
     min_samples: Annotated[int, Field(ge=1)] = Field(
         default=5, description="step times needed in the window before anything is shed"
     )
+    on_429_share: Annotated[float, Field(ge=0, lt=1)] | None = Field(
+        default=None,
+        description="also shed while the share of the policy's attempts answered with a 429 "
+        "over the last window_s exceeds this (min_samples attempts needed); none: off",
+    )
+
+
+class RateLimitShareSpec(Spec):
+    """No hedge or extra race attempt to a provider while the share of the policy's attempts
+    on it answered with a 429 over the last `window_s` exceeds `share` (with at least
+    `min_samples` attempts ended in the window)."""
+
+    share: Annotated[float, Field(ge=0, lt=1)] = Field(
+        description="429-answered attempts / attempts ended in the window above which hedging "
+        "to the provider stops"
+    )
+    window_s: PositiveFloat = Field(default=10.0, description="how far back attempts count, s")
+    min_samples: Annotated[int, Field(ge=1)] = Field(
+        default=5, description="attempts needed in the window before hedging is stopped"
+    )
 
 
 class ControlsSpec(Spec):
@@ -519,6 +522,11 @@ class ControlsSpec(Spec):
         description="no hedge or extra race attempt to a provider for this long after its last 429",
     )
     shed: ShedSpec | None = None
+    stop_hedging_on_429_share: RateLimitShareSpec | None = Field(
+        default=None,
+        description="no hedge or extra race attempt to a provider while its recent 429 share "
+        "exceeds a threshold",
+    )
 
 
 #: A step's entry in a policy's `steps:` map: another policy's name, a full policy (with

@@ -3,8 +3,9 @@
 One `Controls` per policy's simulation holds state shared by every request of that simulation
 (never across policies): a hedge cap (Finagle's backup-request `maxExtraLoad`), a retry budget
 (gRPC retry throttling, gRFC A6), a circuit breaker per provider (LiteLLM-style cooldown),
-client-side AIMD concurrency per provider, a pause on hedging after 429s, and shedding of runs
-that cannot make their deadline. The engine and the policies call small hooks; everything here
+client-side AIMD concurrency per provider, a pause on hedging after 429s or while a provider's
+recent 429 share is high, and shedding of runs that cannot make their deadline (or arrive while
+the quota is saturated). The engine and the policies call small hooks; everything here
 is plain bookkeeping on simulated time, with no randomness of its own.
 """
 
@@ -171,10 +172,35 @@ class Aimd:
             self._admit()
 
 
+class RateLimitShare:
+    """The share of attempts answered with a 429 among the attempts that ended in the last
+    `window_s` (attempts counted at their end; a 429 ends the instant it is sent)."""
+
+    __slots__ = ("ended", "limited", "window_s")
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.ended: deque[tuple[float, bool]] = deque()
+        self.limited = 0
+
+    def record(self, now: float, limited: bool) -> None:
+        self.ended.append((now, limited))
+        self.limited += limited
+
+    def share(self, now: float, min_samples: int) -> float | None:
+        """429s / attempts ended in the window, or None with fewer than `min_samples` of them."""
+        ended, edge = self.ended, now - self.window_s
+        while ended and ended[0][0] <= edge:
+            self.limited -= ended.popleft()[1]
+        return self.limited / len(ended) if len(ended) >= min_samples else None
+
+
 class Shedder:
     """Expected time of a new run from recent step times (the mean per step over the window,
     a failed step counted at the deadline as a miss, summed along the longest path of the
-    workflow); a run expected past its deadline is shed."""
+    workflow); a run expected past its deadline is shed. With `on_429_share`, a run is also
+    shed while the recent share of the policy's attempts answered with a 429 exceeds it (a
+    saturated quota fails fast, so step times alone never forecast a miss)."""
 
     def __init__(self, controls: ControlsSpec, workflow: Workflow) -> None:
         spec = controls.shed
@@ -186,6 +212,9 @@ class Shedder:
         self.order = _topological(workflow)
         self.times: list[deque[tuple[float, float]]] = [deque() for _ in workflow.steps]
         self.sums = [0.0] * len(workflow.steps)
+        #: Over every attempt the policy sent (so over the providers its requests use).
+        self.on_429_share = spec.on_429_share if spec.on_429_share is not None else math.inf
+        self.rate_limited = RateLimitShare(spec.window_s) if spec.on_429_share is not None else None
 
     def observe(self, index: int, now: float, seconds: float) -> None:
         self.times[index].append((now, seconds))
@@ -211,7 +240,12 @@ class Shedder:
 
     def admits(self, now: float, deadline_s: float) -> bool:
         expected = self.expected_s(now)
-        return expected is None or expected * self.margin < deadline_s
+        if expected is not None and expected * self.margin >= deadline_s:
+            return False
+        if self.rate_limited is not None:
+            share = self.rate_limited.share(now, self.min_samples)
+            return share is None or share <= self.on_429_share
+        return True
 
 
 class Controls:
@@ -227,6 +261,13 @@ class Controls:
         self.aimd = {p: Aimd(env, spec.aimd) for p in providers} if spec.aimd else None
         self.quiet_after_429_s = spec.stop_hedging_on_429_s
         self.last_429: dict[str, float] = {}
+        #: Per provider, its recent 429 share (`stop_hedging_on_429_share`; None: off).
+        self.quiet_429 = spec.stop_hedging_on_429_share
+        self.shares_429 = (
+            {p: RateLimitShare(self.quiet_429.window_s) for p in providers}
+            if self.quiet_429 is not None
+            else None
+        )
         self.shedder = Shedder(spec, workflow) if spec.shed else None
 
     # ------------------------------------------------------------------ the policy's questions
@@ -242,6 +283,12 @@ class Controls:
         if self.quiet_after_429_s is not None:
             last = self.last_429.get(provider, -math.inf)
             if now - last < self.quiet_after_429_s:
+                return False
+        if self.shares_429 is not None:
+            quiet = self.quiet_429
+            assert quiet is not None
+            share = self.shares_429[provider].share(now, quiet.min_samples)
+            if share is not None and share > quiet.share:
                 return False
         if self.budget is not None and not self.budget.allows():
             return False
@@ -286,6 +333,10 @@ class Controls:
         now, provider = self.env.now, call.provider
         if outcome == OUTCOME_RATE_LIMITED:
             self.last_429[provider] = now
+        if self.shares_429 is not None:
+            self.shares_429[provider].record(now, outcome == OUTCOME_RATE_LIMITED)
+        if self.shedder is not None and self.shedder.rate_limited is not None:
+            self.shedder.rate_limited.record(now, outcome == OUTCOME_RATE_LIMITED)
         if self.budget is not None:
             self.budget.record(outcome == OUTCOME_OK)
         if self.breakers is not None:

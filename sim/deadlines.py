@@ -16,6 +16,7 @@ import numpy as np
 
 from sim.config import Scenario, percentile_of
 from sim.errors import ScenarioError, format_path
+from sim.thresholds import expected_of, seconds_of
 
 # What ended a call early (the `ended_by` column); "" when it ended on its own.
 BY_QUEUE = "queue"  # waited past its step's queue_budget_s for a slot
@@ -67,18 +68,19 @@ def rules_for(
     propagate = getattr(spec, "propagate_deadline", True)
     admission = getattr(spec, "admission", None)
     if admission is not None and expected is None:
-        seconds = admission.expected
-        if percentile_of(seconds) is not None:
-            raise ScenarioError(
-                scenario.name,
-                [
-                    (
-                        format_path(("policies", policy, "admission", "expected")),
-                        f"{seconds} needs the pilot run: resolve it with resolve_expected",
-                    )
-                ],
-            )
-        expected = {s.id: float(seconds) for s in scenario.workflow.steps}
+        values = {s.id: expected_of(admission.expected, s.id) for s in scenario.workflow.steps}
+        for seconds in values.values():
+            if percentile_of(seconds) is not None:
+                raise ScenarioError(
+                    scenario.name,
+                    [
+                        (
+                            format_path(("policies", policy, "admission", "expected")),
+                            f"{seconds} needs the pilot run: resolve it with resolve_expected",
+                        )
+                    ],
+                )
+        expected = {step: float(seconds) for step, seconds in values.items()}
     if admission is None:
         expected = None
     return DeadlineRules(propagate, scenario.workflow.reserve_s, expected)
@@ -98,9 +100,10 @@ def without_budgets(scenario: Scenario) -> Scenario:
 def admission_needs_pilot(scenario: Scenario) -> bool:
     """True if any policy admits attempts by a 'pNN' of the steps' pilot latencies."""
     return any(
-        percentile_of(spec.admission.expected) is not None
+        percentile_of(expected_of(spec.admission.expected, step.id)) is not None
         for spec in scenario.policies.values()
         if getattr(spec, "admission", None) is not None
+        for step in scenario.workflow.steps
     )
 
 
@@ -114,26 +117,29 @@ def resolve_expected(
         if admission is None:
             resolved[name] = None
             continue
-        pct = percentile_of(admission.expected)
         per_step: dict[str, float] = {}
-        for step in scenario.workflow.steps:
-            if pct is None:
-                per_step[step.id] = float(admission.expected)
+        for step in scenario.workflow.steps:  # tool steps too: admission gates their submits
+            value = expected_of(admission.expected, step.id)
+            if percentile_of(value) is None:
+                per_step[step.id] = float(value)
                 continue
             sample = None if latencies is None else latencies.get(step.id)
             if sample is None or len(sample) == 0:
+                where = ("policies", name, "admission", "expected")
+                if isinstance(admission.expected, dict) and step.id in admission.expected:
+                    where = (*where, step.id)
                 raise ScenarioError(
                     scenario.name,
                     [
                         (
-                            format_path(("policies", name, "admission", "expected")),
-                            f"cannot measure {admission.expected} of step '{step.id}': nothing "
+                            format_path(where),
+                            f"cannot measure {value} of step '{step.id}': nothing "
                             f"of it succeeded in the pilot run of {scenario.pilot.requests} "
                             "requests",
                         )
                     ],
                 )
-            per_step[step.id] = float(np.percentile(sample, pct))
+            per_step[step.id] = seconds_of(value, sample)
         resolved[name] = per_step
     return resolved
 

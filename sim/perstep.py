@@ -21,6 +21,7 @@ from sim.config import (
     Scenario,
     StepOverride,
 )
+from sim.thresholds import expected_step_problems
 
 Path = tuple[str | int, ...]
 #: Policy keys about the request's deadline: they apply to the whole policy, never per step.
@@ -87,6 +88,7 @@ def step_problems(scenario: Scenario) -> list[tuple[Path, str]]:
                     )
                 elif not scenario.serving_providers(model):
                     problems.append((where, f"no provider serves model '{model}'"))
+    problems += expected_step_problems(scenario.policies, [s.id for s in scenario.workflow.steps])
     return list(dict.fromkeys(problems))
 
 

@@ -36,6 +36,7 @@ from sim.perstep import effective_specs
 from sim.policies import build_policy
 from sim.provider import OUTCOME_OK
 from sim.streams import CallDrawBank, Streams
+from sim.thresholds import seconds_of
 from sim.workflow import Workflow
 
 #: Suffix of the first-token samples in `step_latencies(..., first_token=True)`.
@@ -135,7 +136,7 @@ def resolve_specs(
                             )
                         ],
                     )
-                update[field] = float(np.percentile(sample, pct))
+                update[field] = seconds_of(value, sample)  # pNN, or K x pNN
             if isinstance(spec, AdaptivePolicy) and spec.reserve_s is None:
                 update["reserve_s"] = reserve.get(step, 0.0)
             resolved[name][step] = spec.model_copy(update=update) if update else spec
