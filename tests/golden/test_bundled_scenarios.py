@@ -361,13 +361,17 @@ def azure_quotas_are_never_exceeded(result: sim.RunResult) -> None:
     """The token-bucket law, exact: over any interval [a, b] of call starts, a provider admits
     at most TPM (a full bucket) + TPM/60 (b - a) tokens, and likewise RPM requests. Checked
     over all intervals at once: max over b of (C(b) - rate t_b) - min over a <= b of
-    (C(a-) - rate t_a) <= capacity, C the cumulative admitted amount in start order."""
+    (C(a-) - rate t_a) <= capacity, C the cumulative admitted amount in start order. A call's
+    tokens are its step's input and output tokens from the scenario (the providers charge the
+    output), not the charge the code recorded (`quota_tokens`)."""
     calls = result.calls
+    asked = {s.id: s.input_tokens + s.output_tokens for s in result.scenario.workflow.steps}
     for (policy, provider), group in calls.groupby(["policy", "provider"], sort=False):
         spec = result.scenario.providers[str(provider)]
+        assert spec.charge == "output"
         admitted = group[group["outcome"] != "rate_limited"].sort_values("start_s", kind="stable")
         t = admitted["start_s"].to_numpy(float)
-        limits = [("tpm", spec.tpm, admitted["quota_tokens"].to_numpy(float))]
+        limits = [("tpm", spec.tpm, admitted["step"].map(asked).to_numpy(float))]
         limits.append(("rpm", spec.rpm, np.ones(len(t))))
         for name, capacity, amount in limits:
             if not capacity or not len(t):

@@ -63,18 +63,37 @@ def propagation_same_draws(result: sim.RunResult) -> None:
         np.testing.assert_array_equal(a, b)
 
 
+def _list_price(result: sim.RunResult, calls: pd.DataFrame) -> pd.Series:
+    """Each call's billed tokens at its model's list price from the scenario (USD), not the
+    cost the code recorded."""
+    models = result.scenario.models
+    price_in = calls["model"].map({m: s.price_per_mtok.input / 1e6 for m, s in models.items()})
+    price_out = calls["model"].map({m: s.price_per_mtok.output / 1e6 for m, s in models.items()})
+    return calls["input_tokens"] * price_in + calls["output_tokens"] * price_out
+
+
 def propagation_leaves_no_orphan(result: sim.RunResult) -> None:
     """With propagation no call outlives its run's deadline (exact, from calls.parquet);
-    without it some do, and the summary's orphan figures are the sums of those calls."""
+    without it some do (found by their end, not by the `orphan` column), an orphan that
+    answered was billed its step's whole input and output (from the scenario), and the
+    summary's orphan figures are those calls' count, tokens and cost at list price."""
     calls = _with_deadline(result, result.calls)
     late = calls["end_s"] > calls["deadline_at"] + EPS
     summary = result.summary.set_index("policy")
+    asked = {s.id: (s.input_tokens, s.output_tokens) for s in result.scenario.workflow.steps}
     for on, off in PAIRS:
         assert not late[calls["policy"] == on].any(), on
         orphans = calls[(calls["policy"] == off) & late]
         assert len(orphans) >= 50, f"{off}: only {len(orphans)} orphan calls"
+        answered = orphans[orphans["outcome"] == "ok"]
+        assert len(answered) > 0
+        billed = list(zip(answered["input_tokens"], answered["output_tokens"], strict=True))
+        assert billed == [asked[str(step)] for step in answered["step"]]
         assert summary.loc[off, "orphan_calls"] == len(orphans)
-        assert summary.loc[off, "orphan_cost_usd"] == pytest.approx(orphans["cost_usd"].sum())
+        tokens = int((orphans["input_tokens"] + orphans["output_tokens"]).sum())
+        assert summary.loc[off, "orphan_tokens"] == tokens
+        cost = float(_list_price(result, orphans).sum())
+        assert summary.loc[off, "orphan_cost_usd"] == pytest.approx(cost, rel=1e-9)
         assert summary.loc[on, "orphan_calls"] == 0
 
 
@@ -174,9 +193,21 @@ def tool_unknown_after_submit(result: sim.RunResult) -> None:
 
 
 def tool_first_signal_share(result: sim.RunResult) -> None:
-    """first_signal_hit_rate recomputed from requests.parquet."""
-    runs = result.requests
-    met = runs["first_signal_s"] <= result.scenario.first_signal_s
+    """first_signal_hit_rate recomputed from calls.parquet, not from the requests' own
+    `first_signal_s` the summary is built from: a run's first signal is the earliest first
+    token (start + queue + first token) of an answer that came before the run ended."""
+    runs = result.requests[result.requests["policy"] == "wait"].set_index(KEYS[1:])
+    calls = result.calls[(result.calls["policy"] == "wait") & (result.calls["outcome"] == "ok")]
+    ran = runs[["arrival_s", "end_s"]].rename(columns={"end_s": "run_end_s"})
+    calls = calls.join(ran, on=KEYS[1:])
+    calls = calls[~(calls["end_s"] > calls["run_end_s"] + EPS)]  # answered before the run ended
+    signal = calls["start_s"] + calls["queue_s"] + calls["ttft_s"] - calls["arrival_s"]
+    first = signal.groupby([calls["request_id"], calls["resend"]]).min()
+    first = first.reindex(runs.index)  # NaN: no answer in time
+    np.testing.assert_allclose(first, runs["first_signal_s"], rtol=1e-12, atol=EPS)
+    met = first <= result.scenario.first_signal_s
+    assert met.any()
+    assert not met.all()
     summary = result.summary.set_index("policy")
     assert summary.loc["wait", "first_signal_hit_rate"] == pytest.approx(float(met.mean()))
 

@@ -120,17 +120,26 @@ def capped_race_keeps_up_with_cut(result: sim.RunResult) -> None:
 def tpm_quota_is_never_exceeded(result: sim.RunResult) -> None:
     """The token-bucket law: over any interval [a, b] of call starts the provider admits at most
     TPM + TPM/60 (b - a) tokens (max over b of C(b) - rate t_b minus min over a <= b of
-    C(a-) - rate t_a, C cumulative admitted tokens in start order)."""
-    tpm = result.scenario.providers["api"].tpm
+    C(a-) - rate t_a, C cumulative admitted tokens in start order); and from t = 0, at most
+    the starting level (TPM when the bucket starts full, 0 when `start: steady`) + TPM/60 t.
+    A call's tokens come from its step's input and output tokens in the scenario (the provider
+    charges the output), not from the charge the code recorded (`quota_tokens`), so a quota
+    that under-charges fails."""
+    api = result.scenario.providers["api"]
+    tpm = api.tpm
     assert tpm is not None
+    assert api.charge == "output"
+    asked = {s.id: s.input_tokens + s.output_tokens for s in result.scenario.workflow.steps}
     for policy, group in result.calls.groupby("policy", sort=False):
         admitted = group[group["outcome"] != "rate_limited"].sort_values("start_s", kind="stable")
         t = admitted["start_s"].to_numpy(float)
-        amount = admitted["quota_tokens"].to_numpy(float)
+        amount = admitted["step"].map(asked).to_numpy(float)
         rate = tpm / 60.0
         after = np.cumsum(amount) - rate * t
         before = np.minimum.accumulate(np.cumsum(amount) - amount - rate * t)
         assert float((after - before).max()) <= tpm * (1 + 1e-9), policy
+        level = tpm if api.start == "full" else 0.0
+        assert float(after.max()) <= level + tpm * 1e-9, policy
 
 
 STORM_CHECKS: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
