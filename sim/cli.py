@@ -345,8 +345,8 @@ def sweep_table(aggregate: pd.DataFrame, keys: list[str]) -> Table:
     """Per swept point and policy: pooled hit rate with its CI, p95, cost per request and per
     success (pooled over replications)."""
     table = Table(
-        title="sweep: replications pooled; hit rate 95% CI from replications (t) when 2+, "
-        "never narrower than the pooled Wilson interval",
+        title="sweep: replications pooled; hit rate 95% Wilson CI over the pooled runs, widened "
+        "where the replications differ more than binomial noise (* marks those)",
         title_justify="left",
     )
     headers = [*keys, "policy", "hit rate [95% CI]", "p95 s", "$/request", "$/success", "reps"]
@@ -356,7 +356,8 @@ def sweep_table(aggregate: pd.DataFrame, keys: list[str]) -> Table:
         table.add_row(
             *[str(row[k]) for k in keys],
             str(row["policy"]),
-            f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]",
+            f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]"
+            + ("*" if row.get("hit_rate_ci") == "wilson+spread" else ""),
             _num(row["p95_s"], 1),
             _num(row["cost_per_request_usd"], 4),
             _num(row["cost_per_success_usd"], 4),

@@ -433,9 +433,11 @@ def _wide(values: pd.Series) -> bool:
 def _ci_words(aggregate: pd.DataFrame) -> str:
     """How the band was computed, in words."""
     methods = set(aggregate.get("hit_rate_ci", pd.Series(["wilson"])))
-    if methods == {"wilson"}:
+    if methods <= {"wilson"}:
         return "Wilson, pooled runs"
-    return "t over replications"
+    if "t+wilson" in methods:  # a folder written before the pooled rule
+        return "t over replications"
+    return "pooled Wilson, widened where replications differ"
 
 
 def write_policy_comparison(
