@@ -23,7 +23,9 @@ CAPTIONS = {
     "policies": "Latency distributions against the deadline, and hit rate against cost per "
     "success (filled) and per request (hollow).",
     "ecdf": "End-to-end latency per policy, log scale; runs that failed count at the deadline.",
-    "pareto": "Cost per success against hit rate; the dotted line is the Pareto frontier.",
+    "pareto": "Cost per success against hit rate (95% CI bars); the circled points are the "
+    "Pareto frontier, the ones no other point beats on both (joined by a dotted line when there "
+    "are several; in a sweep, labelled with their swept values).",
     "dumbbells": "p50 to p99 of successful calls within each output-size bucket.",
     "strip": "One step, run by run, under each policy; red dots are the slow tail.",
     "storm": "Offered load, goodput and 429s over time.",
