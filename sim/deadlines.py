@@ -70,7 +70,7 @@ def rules_for(
         seconds = admission.expected
         if percentile_of(seconds) is not None:
             raise ScenarioError(
-                scenario.name,
+                scenario.source,
                 [
                     (
                         format_path(("policies", policy, "admission", "expected")),
@@ -123,7 +123,7 @@ def resolve_expected(
             sample = None if latencies is None else latencies.get(step.id)
             if sample is None or len(sample) == 0:
                 raise ScenarioError(
-                    scenario.name,
+                    scenario.source,
                     [
                         (
                             format_path(("policies", name, "admission", "expected")),

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from sim.overlap import ecdf_twins, legend_handle, point_twins
+from sim.words import plural
 
 #: Colours of the usual policy names, fixed so a policy looks the same in every figure and run.
 _FIXED = {"wait": 0, "cut": 1, "race": 2, "hedge": 3, "downshift": 4}
@@ -547,7 +548,7 @@ def folder_figures(folder: Path) -> list[tuple[str, Figure]]:
     summary = pd.read_csv(folder / "summary.csv")
     requests = pd.read_parquet(folder / "requests.parquet")
     order = [str(p) for p in summary["policy"]]
-    head = f"{name}: {int(summary['requests'].iloc[0])} requests, deadline {deadline:g} s"
+    head = f"{name}: {plural(int(summary['requests'].iloc[0]), 'request')}, deadline {deadline:g} s"
     figures = [
         ("policies", policy_comparison(summary, requests, deadline, head)),
         ("ecdf", ecdf_figure(requests, order, deadline, f"{head}: end-to-end latency")),

@@ -18,6 +18,7 @@ import pandas as pd
 from sim.plots import folder_figures, png_bytes
 from sim.reading import read_policies, read_sweep
 from sim.store import write_atomic
+from sim.words import plural
 
 CAPTIONS = {
     "policies": "Latency distributions against the deadline, and hit rate against cost per "
@@ -77,15 +78,15 @@ def render(folder: Path) -> str:
         keys = list(manifest["swept_keys"])
         name = manifest["scenario"]
         meta = (
-            f"sweep of {', '.join(keys)}: {len(manifest['points'])} points, seed "
-            f"{manifest['seed']}, {manifest['requests']} requests per point"
+            f"sweep of {', '.join(keys)}: {plural(len(manifest['points']), 'point')}, seed "
+            f"{manifest['seed']}, {plural(manifest['requests'], 'request')} per point"
         )
         reading = read_sweep(summary, keys)
     else:
         keys = []
         run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
         name = run.get("scenario", folder.name)
-        meta = f"run: {run.get('requests')} requests, seed {run.get('seed')}"
+        meta = f"run: {plural(run.get('requests'), 'request')}, seed {run.get('seed')}"
         reading = read_policies(summary)
     parts = [
         "<!DOCTYPE html>",
