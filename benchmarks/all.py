@@ -1,4 +1,5 @@
-"""All of issue 12's speed figures in one table, each against its baseline in the same process.
+"""All of tailsim's speed figures (docs/performance.md) in one table, each against its baseline
+in the same process.
 
 Run from the repository root: `python benchmarks/all.py [--requests N] [--vector-requests N]
 [--repeat R] [--workers W] [--sweep-repeat S]` (about 2 min on 2 shared cores). Not part of
@@ -10,7 +11,7 @@ the test run.
   one Resource request and timeout per call, race losers interrupted). Target: >= 50%.
 - Vectorized engine, `wait` and `race`: runs (requests) per second against a raw numpy model of
   the same ten steps (benchmarks/vectorized.py), engine only and with tables. Target: >= 25%
-  (engine only, as issue 12 words it).
+  (engine only, as docs/performance.md states the target).
 - Sweep: the default 8-point sweep (`tailsim sweep`), `processes` on `--workers` workers against
   `inline` (benchmarks/sweep.py), summary.csv checked byte-identical. Target: >= 1.6x.
 - Memory: peak RSS of `tailsim run --requests 1000000` on the default scenario, all five
@@ -95,7 +96,7 @@ def vectorized_rows(scenario: sim.Scenario, requests: int, repeat: int) -> list[
 
         def ours(policy: str = policy, runs: list = runs) -> float:
             runs.append(vectorized_seconds(scenario, policy, requests))
-            return requests / runs[-1][0]  # engine only, as issue 12 words its target
+            return requests / runs[-1][0]  # engine only, as the target is stated
 
         def raw(attempts: int = attempts) -> float:
             return requests / raw_numpy_seconds(scenario, requests, attempts, 1)

@@ -4,8 +4,8 @@ Run from the repository root: `python benchmarks/memory.py [--requests 100000,10
 [--scenario FILE] [--records none] [-p NAME ...]` (about 3 min for the defaults on 2 shared
 cores). Each size is a fresh `tailsim run` process (the command a user types, figure included),
 and its own peak resident set size is the kernel's VmHWM for it as it exits, so one size's peak
-never hides in another's, nor the benchmark's own memory in the run's. Target (issue 12): the
-default scenario, all five policies, 1,000,000 requests, under 1 GiB.
+never hides in another's, nor the benchmark's own memory in the run's. Target (see
+docs/performance.md): the default scenario, all five policies, 1,000,000 requests, under 1 GiB.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def main() -> None:
     print(
         "note: the default serving's stall adds absolute seconds (~30 s at 3%), so a short call's "
         "p99/p50 is far wider than the article's; a flat 2-7x needs a transient slowdown that "
-        "scales with the call (per-request difficulty or provider episodes, issue 7)."
+        "scales with the call (per-request `difficulty` or provider `episodes`, "
+        "docs/scenario-format.md)."
     )
     theme()
     fig, ax = plt.subplots(figsize=(9, 4.5), layout="constrained")

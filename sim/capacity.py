@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from sim.config import RacePolicy, Scenario
 from sim.errors import ScenarioError
+from sim.words import plural
 
 #: Peak bytes per simulated call while a policy runs and its tables are built (measured with
 #: tracemalloc on the default scenario: ~1,080 under wait, ~710 under race), rounded up.
@@ -110,11 +111,12 @@ def check_fits(
     most = int(requests * available * USABLE_SHARE / need)
     advice = ", or --records none (summaries only)" if records == ALL and not why else ""
     raise ScenarioError(
-        scenario.name,
+        scenario.source,
         [
             (
                 "requests",
-                f"{why}{requests} requests x {len(policies)} policies need about "
+                f"{why}{plural(requests, 'request')} x "
+                f"{plural(len(policies), 'policy', 'policies')} need about "
                 f"{need / gib:.1f} GiB for their records, more than the {available / gib:.1f} "
                 f"GiB available; run at most about {most} requests, or fewer policies at a "
                 f"time (--policy){advice}",

@@ -47,6 +47,7 @@ from sim.results import (
 from sim.runner import chosen_policies
 from sim.scenario import default_scenario_path, json_schema_text, load_scenario, with_overrides
 from sim.sweep import expand, with_engine
+from sim.words import plural
 
 EXIT_BAD_INPUT = 2
 #: Exit code after Ctrl-C, as shells report a command killed by SIGINT (128 + 2).
@@ -276,8 +277,9 @@ def sweep(
             pending = store.pending()
             if len(pending) < len(points):  # said even with --quiet: it changes what runs
                 err.print(
-                    f"resuming {folder}: {len(points) - len(pending)} of {len(points)} points "
-                    f"already finished, skipping them; running {len(pending)}",
+                    f"resuming {folder}: {len(points) - len(pending)} of "
+                    f"{plural(len(points), 'point')} already finished, skipping them; "
+                    f"running {len(pending)}",
                     markup=False,
                     soft_wrap=True,
                 )
@@ -295,7 +297,7 @@ def sweep(
             except KeyboardInterrupt:
                 stored = len(points) - len(store.pending())
                 err.print(
-                    f"interrupted: {stored} of {len(points)} points stored in {folder}; "
+                    f"interrupted: {stored} of {plural(len(points), 'point')} stored in {folder}; "
                     "run the same command again to resume",
                     markup=False,
                     soft_wrap=True,
@@ -354,8 +356,8 @@ def sweep_table(aggregate: pd.DataFrame, keys: list[str]) -> Table:
     """Per swept point and policy: pooled hit rate with its CI, p95, cost per request and per
     success (pooled over replications)."""
     table = Table(
-        title="sweep: replications pooled; hit rate 95% CI from replications (t) when 2+, "
-        "never narrower than the pooled Wilson interval",
+        title="sweep: replications pooled; hit rate 95% Wilson CI over the pooled runs, widened "
+        "where the replications differ more than binomial noise (* marks those)",
         title_justify="left",
     )
     headers = [*keys, "policy", "hit rate [95% CI]", "p95 s", "$/request", "$/success", "reps"]
@@ -365,7 +367,8 @@ def sweep_table(aggregate: pd.DataFrame, keys: list[str]) -> Table:
         table.add_row(
             *[str(row[k]) for k in keys],
             str(row["policy"]),
-            f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]",
+            f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]"
+            + ("*" if row.get("hit_rate_ci") == "wilson+spread" else ""),
             _num(row["p95_s"], 1),
             _num(row["cost_per_request_usd"], 4),
             _num(row["cost_per_success_usd"], 4),
@@ -630,7 +633,8 @@ def check(scenario: Path) -> None:
     with bad_input_exits():
         spec = load_scenario(scenario)
     out.print(
-        f"{scenario}: ok ({len(spec.workflow.steps)} steps, policies: {', '.join(spec.policies)})",
+        f"{scenario}: ok ({plural(len(spec.workflow.steps), 'step')}, "
+        f"policies: {', '.join(spec.policies)})",
         markup=False,
     )
 
@@ -656,7 +660,8 @@ def _summaries_only_notice(spec: Scenario, n: int, names: list[str]) -> str:
     """Why a run keeps summaries only, and how to keep more."""
     need = estimated_bytes(spec, n, names, ALL) / 2**30
     return (
-        f"note: {n} requests x {len(names)} policies would need about {need:.1f} GiB for every "
+        f"note: {plural(n, 'request')} x {plural(len(names), 'policy', 'policies')} would need "
+        f"about {need:.1f} GiB for every "
         "call's record, so this run keeps summaries only (--records none): summary.csv, "
         "breakdown.csv and the figure, no requests/calls/timeseries tables. Pass --records "
         "requests (or all) to keep them."

@@ -867,6 +867,7 @@ class Scenario(Spec):
     )
 
     _source_dir: str | None = PrivateAttr(default=None)
+    _source_file: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -911,9 +912,21 @@ class Scenario(Spec):
         """The folder relative file names in this scenario are read from (set by the loader)."""
         return self._source_dir
 
-    def set_source_dir(self, folder: str) -> None:
-        """Remember where relative file names resolve (the loader's job, done once)."""
+    def set_source_dir(self, folder: str, file: str | None = None) -> None:
+        """Remember where relative file names resolve, and the file the scenario came from when
+        there is one (the loader's job, done once)."""
         self._source_dir = folder
+        self._source_file = file if file is not None else self._source_file
+
+    @property
+    def source_file(self) -> str | None:
+        """The file the scenario was loaded from (None when built from a mapping)."""
+        return self._source_file
+
+    @property
+    def source(self) -> str:
+        """What error messages call this scenario: the file it was loaded from, else its name."""
+        return self._source_file or self.name
 
     def serving_providers(self, model: str) -> list[str]:
         """Providers serving `model`, in file order."""

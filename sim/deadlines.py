@@ -72,7 +72,7 @@ def rules_for(
         for seconds in values.values():
             if percentile_of(seconds) is not None:
                 raise ScenarioError(
-                    scenario.name,
+                    scenario.source,
                     [
                         (
                             format_path(("policies", policy, "admission", "expected")),
@@ -129,7 +129,7 @@ def resolve_expected(
                 if isinstance(admission.expected, dict) and step.id in admission.expected:
                     where = (*where, step.id)
                 raise ScenarioError(
-                    scenario.name,
+                    scenario.source,
                     [
                         (
                             format_path(where),

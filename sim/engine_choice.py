@@ -38,7 +38,7 @@ def vectorized_tables(
 ) -> tuple[VectorTables | None, str]:
     """(tables, "") from the vectorized engine, or (None, why it did not run)."""
     if engine not in ENGINES:
-        raise ScenarioError(scenario.name, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
+        raise ScenarioError(scenario.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
     if engine == DES:
         return None, "engine: des"
     policy = single_policy(policy)
@@ -57,7 +57,7 @@ def vectorized_tables(
             reason = binds
     if engine == VECTORIZED:
         raise ScenarioError(
-            scenario.name,
+            scenario.source,
             [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
         )
     return None, reason
@@ -80,7 +80,7 @@ def vectorized_in_chunks(
     (`clock_arrivals`); each chunk draws its own rows of the same streams (`CallDrawBank`'s
     `first`), so the numbers are those of one run over all requests."""
     if engine not in ENGINES:
-        raise ScenarioError(scenario.name, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
+        raise ScenarioError(scenario.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
     if engine == DES:
         return "engine: des"
     policy = single_policy(policy)
@@ -92,7 +92,7 @@ def vectorized_in_chunks(
             return ""
     if engine == VECTORIZED:
         raise ScenarioError(
-            scenario.name,
+            scenario.source,
             [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
         )
     return reason

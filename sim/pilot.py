@@ -126,7 +126,7 @@ def resolve_specs(
                 sample = None if latencies is None else latencies.get(key)
                 if sample is None or len(sample) == 0:
                     raise ScenarioError(
-                        scenario.name,
+                        scenario.source,
                         [
                             (
                                 format_path(("policies", name, field)),

@@ -28,6 +28,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from sim.overlap import ecdf_twins, legend_handle, point_twins
+from sim.words import plural
+
 #: Colours of the usual policy names, fixed so a policy looks the same in every figure and run.
 _FIXED = {"wait": 0, "cut": 1, "race": 2, "hedge": 3, "downshift": 4}
 #: Output-size buckets (tokens) of the dumbbell figure: fixed edges, as the article's rows.
@@ -38,11 +41,13 @@ TAIL_RED = "#c0392b"
 
 
 def policy_colors(policies: Iterable[str]) -> dict[str, tuple[float, float, float]]:
-    """One colour per policy: the usual names keep fixed colours, others take the rest in
-    order (colour-blind palette)."""
+    """One colour per policy (colour-blind palette): the usual names keep fixed colours; other
+    names take, in order, the strongest colours the usual names present leave free (so a
+    scenario of custom names gets blue, orange, green... rather than the pale tail)."""
     palette = sns.color_palette("colorblind", 10)
     names = list(dict.fromkeys(str(p) for p in policies))
-    free = [i for i in range(len(palette)) if i not in _FIXED.values()]
+    taken = {_FIXED[name] for name in names if name in _FIXED}
+    free = [i for i in range(len(palette)) if i not in taken]
     colors = {}
     for name in names:
         if name in _FIXED:
@@ -57,10 +62,14 @@ def _theme() -> None:
 
 
 def _legend(
-    fig: Figure, colors: dict[str, tuple[float, float, float]], extra: Sequence = ()
+    fig: Figure,
+    colors: dict[str, tuple[float, float, float]],
+    extra: Sequence = (),
+    twins: Iterable[str] = (),
 ) -> None:
-    """One legend for the whole figure (never one per line or panel)."""
-    handles = [Line2D([], [], color=c, marker="o", linewidth=2, label=p) for p, c in colors.items()]
+    """One legend for the whole figure (never one per line or panel); `twins` (drawn dashed or
+    hollow over a look-alike, see sim.overlap) keep that look in the legend."""
+    handles = [legend_handle(p, c, p in set(twins)) for p, c in colors.items()]
     fig.legend(
         handles=[*handles, *extra],
         loc="outside lower center",
@@ -82,7 +91,8 @@ def policy_comparison(
     order = [str(p) for p in summary["policy"]]
     colors = policy_colors(order)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5), layout="constrained")
-    _ecdf(left, requests, order, colors, deadline_s, log=False)
+    lines = _ecdf(left, requests, order, colors, deadline_s, log=False)
+    rings = _point_twins(summary)
     for row in summary.itertuples():
         color = colors[str(row.policy)]
         yerr = [[row.hit_rate - row.hit_rate_lo], [row.hit_rate_hi - row.hit_rate]]
@@ -91,10 +101,9 @@ def policy_comparison(
                 row.cost_per_success_usd,
                 row.hit_rate,
                 yerr=yerr,
-                fmt="o",
                 capsize=4,
                 color=color,
-                markersize=9,
+                **_marker(str(row.policy) in rings, color, 9),
             )
             right.plot(
                 [row.cost_per_request_usd, row.cost_per_success_usd],
@@ -117,7 +126,7 @@ def policy_comparison(
         title="The trade: reliability vs what a delivered answer costs",
     )
     right.yaxis.set_major_formatter(mpl.ticker.PercentFormatter(1.0))
-    _legend(fig, colors)
+    _legend(fig, colors, twins=lines | rings)
     if title:
         fig.suptitle(title)
     return fig
@@ -135,8 +144,10 @@ def _ecdf(
     deadline_s: float,
     *,
     log: bool,
-) -> None:
-    """ECDF of end-to-end latency per policy (failures count at the deadline), deadline marked."""
+) -> set[str]:
+    """ECDF of end-to-end latency per policy (failures count at the deadline), deadline marked;
+    returns the policies drawn dashed on top because an earlier one has the same curve."""
+    twins = ecdf_twins(requests, order)
     for policy in order:
         values = np.sort(requests.loc[requests["policy"].astype(str) == policy, "latency_s"])
         if log:
@@ -146,7 +157,8 @@ def _ecdf(
             if len(values) > ECDF_POINTS:  # a million steps draw the same curve, slowly
                 keep = np.unique(np.linspace(0, len(values) - 1, ECDF_POINTS).astype(np.int64))
                 values, y = values[keep], y[keep]
-            ax.step(values, y, where="post", color=colors[policy], linewidth=1.8)
+            twin = {"linestyle": "--", "zorder": 3} if policy in twins else {}
+            ax.step(values, y, where="post", color=colors[policy], linewidth=1.8, **twin)
     ax.axvline(deadline_s, color="black", linestyle="--", linewidth=1)
     ax.text(deadline_s, 0.03, " deadline", ha="left", va="bottom", fontsize=9)
     if log:
@@ -161,17 +173,41 @@ def _ecdf(
         ylim=(0, 1.02),
     )
     ax.yaxis.set_major_formatter(mpl.ticker.PercentFormatter(1.0))
+    return twins
+
+
+def _point_twins(summary: pd.DataFrame) -> set[str]:
+    """Policies whose (cost per success, hit rate) point would cover an earlier one's (none
+    when a policy has several points, as in a sweep)."""
+    if summary["policy"].duplicated().any():
+        return set()
+    rows = summary.assign(policy=summary["policy"].astype(str)).set_index("policy")
+    return point_twins(rows["cost_per_success_usd"].to_dict(), rows["hit_rate"].to_dict())
+
+
+def _marker(ring: bool, color: object, size: float) -> dict[str, object]:
+    """errorbar keywords of a point: filled, or a larger ring drawn on top (a twin)."""
+    if not ring:
+        return {"fmt": "o", "markersize": size}
+    return {"fmt": "o", "markersize": size + 5, "markerfacecolor": "none",
+            "markeredgecolor": color, "markeredgewidth": 2.2, "zorder": 4}  # fmt: skip
 
 
 def _plain_log(axis: mpl.axis.Axis) -> None:
     """Plain numbers (0.2, 1, 5) on a log axis instead of powers of ten."""
     axis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
-    axis.set_minor_formatter(mpl.ticker.FuncFormatter(_minor_label))
+    axis.set_minor_formatter(
+        mpl.ticker.FuncFormatter(lambda v, _pos: _minor_label(v, axis.get_view_interval()))
+    )
 
 
-def _minor_label(value: float, _pos: int) -> str:
-    """Label 2x, 3x and 5x minor ticks of a log axis, so a short range still has numbers."""
+def _minor_label(value: float, view: Sequence[float]) -> str:
+    """Label the 2x and 5x minor ticks of a log axis, and every one when the axis spans less
+    than a decade (40-90 s would otherwise show one number), so a short range still reads."""
     lead = value / 10 ** np.floor(np.log10(value))
+    lo, hi = sorted(float(v) for v in view)
+    if lo > 0 and hi / lo < 10:
+        return f"{value:g}"
     return f"{value:g}" if round(lead) in (2, 5) else ""
 
 
@@ -182,8 +218,7 @@ def ecdf_figure(
     _theme()
     colors = policy_colors(order)
     fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
-    _ecdf(ax, requests, order, colors, deadline_s, log=True)
-    _legend(fig, colors)
+    _legend(fig, colors, twins=_ecdf(ax, requests, order, colors, deadline_s, log=True))
     fig.suptitle(title or "End-to-end latency per policy")
     return fig
 
@@ -201,14 +236,16 @@ def pareto_frontier(cost: np.ndarray, hit: np.ndarray) -> np.ndarray:
     return np.array(frontier, dtype=int)
 
 
-def pareto_figure(summary: pd.DataFrame, title: str = "") -> Figure:
+def pareto_figure(summary: pd.DataFrame, title: str = "", keys: Sequence[str] = ()) -> Figure:
     """Cost per success against hit rate for every row (a policy, or a policy at a sweep point),
-    CI bars, the Pareto frontier drawn: the policies worth considering lie on it."""
+    CI bars, the Pareto frontier circled: the policies worth considering lie on it. With sweep
+    `keys`, each frontier point is labelled with its swept values (which point it is)."""
     _theme()
     colors = policy_colors(summary["policy"].astype(str))
     fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
     cost = summary["cost_per_success_usd"].to_numpy(dtype=float)
     hit = summary["hit_rate"].to_numpy(dtype=float)
+    rings = _point_twins(summary)
     for row in summary.itertuples(index=False):
         if pd.isna(row.cost_per_success_usd):
             continue
@@ -216,11 +253,10 @@ def pareto_figure(summary: pd.DataFrame, title: str = "") -> Figure:
             row.cost_per_success_usd,
             row.hit_rate,
             yerr=[[row.hit_rate - row.hit_rate_lo], [row.hit_rate_hi - row.hit_rate]],
-            fmt="o",
             capsize=3,
             color=colors[str(row.policy)],
-            markersize=7,
             alpha=0.9,
+            **_marker(str(row.policy) in rings, colors[str(row.policy)], 7),
         )
     if _wide(summary["cost_per_success_usd"]):
         ax.set_xscale("log")
@@ -237,6 +273,13 @@ def pareto_figure(summary: pd.DataFrame, title: str = "") -> Figure:
             markeredgecolor="black",
             markeredgewidth=1.2,
         )
+        for i in front if keys else ():
+            point = summary.iloc[i]
+            text = ", ".join(f"{str(k).rsplit('.', 1)[-1]}={point[k]}" for k in keys)
+            ax.annotate(text, (cost[i], hit[i]), xytext=(11, -3), textcoords="offset points",
+                        fontsize=8, color="0.2", va="top", zorder=10,
+                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.6",
+                              "alpha": 0.9})  # fmt: skip
     ax.set(
         xlabel="cost per success (USD; every billed call over delivered answers)",
         ylabel="deadline hit rate (95% CI)",
@@ -253,7 +296,7 @@ def pareto_figure(summary: pd.DataFrame, title: str = "") -> Figure:
         markersize=12,
         label="Pareto frontier (circled)",
     )
-    _legend(fig, colors, [frontier_line])
+    _legend(fig, colors, [frontier_line], twins=rings)
     return fig
 
 
@@ -283,9 +326,10 @@ def dumbbell_figure(calls: pd.DataFrame, order: list[str], title: str = "") -> F
     fig, ax = plt.subplots(
         figsize=(9, 1.2 + 0.55 * max(1, len(buckets) * len(order))), layout="constrained"
     )
-    y = 0
+    y = 0.0
     ticks, labels = [], []
     for bucket in buckets:
+        rows_y = []
         for policy in order:
             match = table[(table["bucket"] == bucket) & (table["policy"] == policy)]
             if match.empty:
@@ -296,11 +340,16 @@ def dumbbell_figure(calls: pd.DataFrame, order: list[str], title: str = "") -> F
             ax.plot(r.p50, y, "o", color=color, markersize=8)
             ax.plot(r.p99, y, "D", color=color, markersize=7)
             ax.text(r.p99, y, f"  {r.p99 / r.p50:.1f}x", va="center", fontsize=9)
-            ticks.append(y)
-            labels.append(f"{bucket} tok")
+            rows_y.append(y)
             y += 1
+        ticks.append(float(np.mean(rows_y)))  # one label per bucket, the policies by colour
+        labels.append(f"{bucket} tok")
+        if bucket != buckets[-1]:
+            ax.axhline(y - 0.2, color="0.75", linewidth=0.8)
         y += 0.6
     ax.set_yticks(ticks, labels)
+    ax.grid(False, axis="y")
+    ax.margins(x=0.08)  # room for the ratio printed right of each p99
     ax.invert_yaxis()
     ax.set(
         xlabel="latency of a successful call (s): p50 ● to p99 ◆",
@@ -334,11 +383,13 @@ def strip_figure(
     colors = policy_colors(order)
     step = step or str(calls["step"].iloc[0])
     times = step_times(calls, step)
-    fig, ax = plt.subplots(figsize=(10, 5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(10, 5.4), layout="constrained")
     rng = np.random.default_rng(0)  # jitter only; never touches results
+    names = []
     for i, policy in enumerate(order):
         values = times.loc[times["policy"].astype(str) == policy, "seconds"].to_numpy()
         if not len(values):
+            names.append(policy)
             continue
         p50, p95, p99 = np.percentile(values, [50, 95, 99])
         shown = values if len(values) <= 2000 else rng.choice(values, 2000, replace=False)
@@ -348,15 +399,10 @@ def strip_figure(
         ax.scatter(x[tail], shown[tail], s=9, color=TAIL_RED, alpha=0.8, linewidths=0)
         for value, style in ((p50, "-"), (p99, "--")):
             ax.plot([i - 0.38, i + 0.38], [value, value], color="black", linestyle=style, lw=1)
-        ax.text(
-            i + 0.4,
-            p99,
-            f"p99 {p99:.1f} s\np50 {p50:.1f} s\nstd {values.std():.1f} s",
-            fontsize=8,
-            va="center",
-        )
-    ax.set_xticks(range(len(order)), order)
-    ax.set_xlim(-0.6, len(order) - 0.1)
+        # the numbers under the column's name, where they cannot crowd the next column
+        names.append(f"{policy}\np50 {p50:.1f} s, p99 {p99:.1f} s\nstd {values.std():.1f} s")
+    ax.set_xticks(range(len(order)), names, fontsize=9)
+    ax.set_xlim(-0.5, len(order) - 0.5)
     ax.set(
         xlabel="policy",
         ylabel=f"time of step {step} in one run (s)",
@@ -402,9 +448,17 @@ def sweep_figure(aggregate: pd.DataFrame, keys: list[str], title: str = "") -> F
             axes[2].plot(x, part["cost_per_request_usd"], marker="o", color=color, linestyle=line)
     method = _ci_words(aggregate)
     for ax, label, name in (
-        (axes[0], "deadline hit rate", f"Hit rate (band: 95% CI, {method})"),
-        (axes[1], "cost per success (USD)", "What a delivered answer costs"),
-        (axes[2], "cost per request (USD, failures included)", "Spend per request"),
+        (axes[0], "deadline hit rate", f"Hit rate\nband: 95% CI, {method}"),
+        (
+            axes[1],
+            "cost per success (USD)",
+            "What a delivered answer costs\npooled: cost / successes",
+        ),
+        (
+            axes[2],
+            "cost per request (USD, failures included)",
+            "Spend per request\npooled: cost / requests",
+        ),
     ):
         ax.set(xlabel=x_key, ylabel=label, title=name)
         if not numeric:
@@ -433,9 +487,11 @@ def _wide(values: pd.Series) -> bool:
 def _ci_words(aggregate: pd.DataFrame) -> str:
     """How the band was computed, in words."""
     methods = set(aggregate.get("hit_rate_ci", pd.Series(["wilson"])))
-    if methods == {"wilson"}:
-        return "Wilson, pooled runs"
-    return "t over replications"
+    if methods <= {"wilson"}:
+        return "Wilson over pooled runs"
+    if "t+wilson" in methods:  # a folder written before the pooled rule
+        return "t over replications"
+    return "pooled Wilson, widened by spread"
 
 
 def write_policy_comparison(
@@ -481,7 +537,10 @@ def folder_figures(folder: Path) -> list[tuple[str, Figure]]:
                     f"{reps} replication{'s' if reps > 1 else ''} per point",
                 ),
             ),
-            ("pareto", pareto_figure(aggregate, f"{name}: every policy at every sweep point")),
+            (
+                "pareto",
+                pareto_figure(aggregate, f"{name}: every policy at every sweep point", keys),
+            ),
         ]
     resolved = yaml.safe_load((folder / "scenario.resolved.yaml").read_text(encoding="utf-8"))
     deadline = float(resolved["deadline_s"])
@@ -489,7 +548,7 @@ def folder_figures(folder: Path) -> list[tuple[str, Figure]]:
     summary = pd.read_csv(folder / "summary.csv")
     requests = pd.read_parquet(folder / "requests.parquet")
     order = [str(p) for p in summary["policy"]]
-    head = f"{name}: {int(summary['requests'].iloc[0])} requests, deadline {deadline:g} s"
+    head = f"{name}: {plural(int(summary['requests'].iloc[0]), 'request')}, deadline {deadline:g} s"
     figures = [
         ("policies", policy_comparison(summary, requests, deadline, head)),
         ("ecdf", ecdf_figure(requests, order, deadline, f"{head}: end-to-end latency")),

@@ -40,6 +40,7 @@ from sim.config import (
 from sim.engine import serving_latencies
 from sim.latency import CallLatency, Constant, Empirical, Exponential, LogNormal
 from sim.policies import Attempt, Hedge, Policy, Race, Sequential
+from sim.words import plural
 
 #: Config fields the vectorized engine implements, per config class (others must be default).
 KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
@@ -215,13 +216,21 @@ def limit_that_binds(
         if not count:
             continue
         if count > spec.concurrency and _peak_in_service(start[mine], end[mine]) > spec.concurrency:
-            return f"providers.{name}.concurrency ({spec.concurrency} slots) would be reached"
+            return (
+                f"providers.{name}.concurrency ({plural(spec.concurrency, 'slot')}) "
+                "would be reached"
+            )
         order = np.argsort(start[mine], kind="stable")
         at = start[mine][order]
         if spec.tpm and _bucket_runs_short(at, tokens[mine][order].astype(float), spec.tpm):
-            return f"providers.{name}.tpm ({spec.tpm} tokens per minute) would refuse a call"
+            return (
+                f"providers.{name}.tpm ({plural(spec.tpm, 'token')} per minute) would refuse a call"
+            )
         if spec.rpm and _bucket_runs_short(at, np.ones(count), spec.rpm):
-            return f"providers.{name}.rpm ({spec.rpm} requests per minute) would refuse a call"
+            return (
+                f"providers.{name}.rpm ({plural(spec.rpm, 'request')} per minute) "
+                "would refuse a call"
+            )
     return None
 
 
@@ -279,24 +288,39 @@ class LimitWatch:
             starts = np.concatenate((carried_start, start[mine]))
             ends = np.concatenate((carried_end, end[mine]))
             if len(starts) > spec.concurrency and _peak_in_service(starts, ends) > spec.concurrency:
-                return f"providers.{name}.concurrency ({spec.concurrency} slots) would be reached"
+                return (
+                    f"providers.{name}.concurrency ({plural(spec.concurrency, 'slot')}) "
+                    "would be reached"
+                )
             still = ends >= horizon  # a later call starting at one's end overlaps it
             self._slots[code] = (starts[still], ends[still])
             at = start[mine]
             tpm, rpm = self._tpm[code], self._rpm[code]
             if tpm is not None and tpm.add(at, tokens[mine].astype(float), horizon):
-                return f"providers.{name}.tpm ({spec.tpm} tokens per minute) would refuse a call"
+                return (
+                    f"providers.{name}.tpm ({plural(spec.tpm, 'token')} per minute) "
+                    "would refuse a call"
+                )
             if rpm is not None and rpm.add(at, np.ones(len(at)), horizon):
-                return f"providers.{name}.rpm ({spec.rpm} requests per minute) would refuse a call"
+                return (
+                    f"providers.{name}.rpm ({plural(spec.rpm, 'request')} per minute) "
+                    "would refuse a call"
+                )
         return None
 
     def finish(self) -> str | None:
         """The limit that binds over every call given, or None."""
         for (name, spec), tpm, rpm in zip(self.specs, self._tpm, self._rpm, strict=True):
             if tpm is not None and tpm.finish():
-                return f"providers.{name}.tpm ({spec.tpm} tokens per minute) would refuse a call"
+                return (
+                    f"providers.{name}.tpm ({plural(spec.tpm, 'token')} per minute) "
+                    "would refuse a call"
+                )
             if rpm is not None and rpm.finish():
-                return f"providers.{name}.rpm ({spec.rpm} requests per minute) would refuse a call"
+                return (
+                    f"providers.{name}.rpm ({plural(spec.rpm, 'request')} per minute) "
+                    "would refuse a call"
+                )
         return None
 
 

@@ -18,12 +18,15 @@ import pandas as pd
 from sim.plots import folder_figures, png_bytes
 from sim.reading import read_policies, read_sweep
 from sim.store import write_atomic
+from sim.words import plural
 
 CAPTIONS = {
     "policies": "Latency distributions against the deadline, and hit rate against cost per "
     "success (filled) and per request (hollow).",
     "ecdf": "End-to-end latency per policy, log scale; runs that failed count at the deadline.",
-    "pareto": "Cost per success against hit rate; the dotted line is the Pareto frontier.",
+    "pareto": "Cost per success against hit rate (95% CI bars); the circled points are the "
+    "Pareto frontier, the ones no other point beats on both (joined by a dotted line when there "
+    "are several; in a sweep, labelled with their swept values).",
     "dumbbells": "p50 to p99 of successful calls within each output-size bucket.",
     "strip": "One step, run by run, under each policy; red dots are the slow tail.",
     "storm": "Offered load, goodput and 429s over time.",
@@ -75,15 +78,15 @@ def render(folder: Path) -> str:
         keys = list(manifest["swept_keys"])
         name = manifest["scenario"]
         meta = (
-            f"sweep of {', '.join(keys)}: {len(manifest['points'])} points, seed "
-            f"{manifest['seed']}, {manifest['requests']} requests per point"
+            f"sweep of {', '.join(keys)}: {plural(len(manifest['points']), 'point')}, seed "
+            f"{manifest['seed']}, {plural(manifest['requests'], 'request')} per point"
         )
         reading = read_sweep(summary, keys)
     else:
         keys = []
         run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
         name = run.get("scenario", folder.name)
-        meta = f"run: {run.get('requests')} requests, seed {run.get('seed')}"
+        meta = f"run: {plural(run.get('requests'), 'request')}, seed {run.get('seed')}"
         reading = read_policies(summary)
     parts = [
         "<!DOCTYPE html>",

@@ -25,6 +25,7 @@ import yaml
 
 from sim.errors import ScenarioError
 from sim.runner import ECDF_FIGURE_POINTS, RunResult
+from sim.words import plural
 
 FIGURE = "figures/policies.png"
 STORM_FIGURE = "figures/storm.png"
@@ -169,7 +170,7 @@ def _write_run_files(
                 result.latency_table(ECDF_FIGURE_POINTS),
                 result.scenario.deadline_s,
                 staging / FIGURE,
-                title=f"{result.scenario.name}: {result.requests_count} requests, "
+                title=f"{result.scenario.name}: {plural(result.requests_count, 'request')}, "
                 f"seed {result.seed}",
             )
             if series is not None and int(series["resent"].sum() + series["rate_limited"].sum()):

@@ -162,13 +162,13 @@ def run(
     """
     n = scenario.requests if requests is None else requests
     if n < 1:
-        raise ScenarioError(scenario.name, [("requests", f"must be >= 1, got {n}")])
+        raise ScenarioError(scenario.source, [("requests", f"must be >= 1, got {n}")])
     seed = scenario.seed if seed is None else seed
     names = chosen_policies(scenario, policies)
     if records is None:
         records = default_records(scenario, n, names)
     if records not in RECORDS:
-        raise ScenarioError(scenario.name, [("records", f"got {records!r}, allowed: {RECORDS}")])
+        raise ScenarioError(scenario.source, [("records", f"got {records!r}, allowed: {RECORDS}")])
     check_fits(scenario, n, names, records=records)
 
     started = time.perf_counter()

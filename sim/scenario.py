@@ -46,7 +46,9 @@ def load_scenario(path: str | FilePath | None = None) -> Scenario:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, [("", f"cannot be read: {exc}")]) from None
     data = parse_yaml(text, source)
-    return scenario_from_dict(data, source=source, base_dir=file.parent)
+    scenario = scenario_from_dict(data, source=source, base_dir=file.parent)
+    scenario.set_source_dir(str(scenario.source_dir), file=source)  # errors name the file
+    return scenario
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
@@ -87,11 +89,12 @@ def with_overrides(scenario: Scenario, overrides: Mapping[str, Any], source: str
     """A new scenario with dotted key paths replaced, validated again (files re-attached)."""
     data = scenario.model_dump(mode="python", exclude_none=True)
     for dotted, value in overrides.items():
-        set_key_path(data, dotted, value, source or scenario.name)
+        set_key_path(data, dotted, value, source or scenario.source)
     folder = FilePath(scenario.source_dir) if scenario.source_dir else None
     fresh = scenario_from_dict(
-        data, source=source or f"{scenario.name} (overridden)", base_dir=folder
+        data, source=source or f"{scenario.source} (overridden)", base_dir=folder
     )
+    fresh.set_source_dir(str(fresh.source_dir), file=scenario.source_file)
     _copy_attachments(scenario, fresh)
     return fresh
 

@@ -29,6 +29,7 @@ import yaml
 from sim.config import Scenario
 from sim.errors import ScenarioError
 from sim.sweep import PointResult, SweepPoint, SweepResult, stack, swept_keys
+from sim.words import plural
 
 MANIFEST = "manifest.json"
 PARTS = "parts"
@@ -305,7 +306,7 @@ def read_sweep(folder: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame
             [
                 (
                     "",
-                    f"sweep not finished ({done} of {len(manifest['points'])} points); "
+                    f"sweep not finished ({done} of {plural(len(manifest['points']), 'point')}); "
                     "run the same `tailsim sweep` command again to finish it",
                 )
             ],

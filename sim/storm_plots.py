@@ -77,32 +77,48 @@ def _runs(t: np.ndarray, flags: np.ndarray, width: float) -> list[tuple[float, f
     return out
 
 
+#: Width (inches) one legend column of the stress figure needs at font size 9.
+LEGEND_COLUMN_IN = 3.6
+
+
 def stress_figure(table: pd.DataFrame, window_s: float, title: str = "") -> Figure:
     """One panel per burst length: recovery time after the burst against the burst's rate
-    multiplier, one line per policy; a burst not recovered from within the window is an x on
-    the 'not recovered' line. The legend ranks policies by storm margin."""
+    multiplier, one line per policy in its colour of every other figure (`policy_colors`); a
+    burst not recovered from within the window is an x on the 'not recovered' line. A policy
+    whose line would hide under an earlier one's is drawn dashed, hollow-marked, on top. The
+    legend, inside the figure, ranks policies by storm margin (as `sim.stress.margins`)."""
+    from sim.overlap import curve_twins, legend_handle  # noqa: PLC0415
+    from sim.plots import policy_colors  # noqa: PLC0415 - seaborn import, only when drawing
+    from sim.stress import margins  # noqa: PLC0415 - sim.stress imports the runner
+
     durations = sorted(table["duration_s"].unique())
+    width = max(8.0, 5.5 * len(durations))
     fig, axes = plt.subplots(
-        1, len(durations), figsize=(5.5 * len(durations), 4.8), sharey=True,
-        layout="constrained", squeeze=False,
-    )  # fmt: skip
+        1, len(durations), figsize=(width, 4.8), sharey=True, layout="constrained", squeeze=False
+    )
     ceiling = window_s * 1.15
     policies = [str(p) for p in pd.unique(table["policy"])]
-    colours = {p: plt.get_cmap("tab10")(i) for i, p in enumerate(policies)}
+    colours = policy_colors(policies)
     offsets = {p: (i - (len(policies) - 1) / 2) * 0.012 for i, p in enumerate(policies)}
+    curves = {
+        (p, d): _curve(table, p, d, ceiling) for p in policies for d in durations
+    }  # fmt: skip
+    twins = curve_twins(curves, policies, durations, 0.02 * window_s)
     for ax, duration in zip(axes[0], durations, strict=True):
         for policy in policies:
-            part = table[(table["policy"] == policy) & (table["duration_s"] == duration)]
-            part = part.sort_values("multiplier")
-            if not len(part):
+            m, y = curves[policy, duration]
+            if not len(m):
                 continue
-            x = part["multiplier"].to_numpy(float) * (1 + offsets[policy])  # overlap apart
-            y = part["recovery_s"].to_numpy(float)
-            ok = np.isfinite(y)
-            ax.plot(x, np.where(ok, y, ceiling), color=colours[policy], linewidth=1.6, alpha=0.8)
-            ax.scatter(x[ok], y[ok], color=colours[policy], s=28, zorder=3)
-            ax.scatter(x[~ok], np.full((~ok).sum(), ceiling), color=colours[policy], marker="x",
-                       s=60, linewidths=2, zorder=3)  # fmt: skip
+            x = m * (1 + offsets[policy])  # overlap apart
+            ok = y < ceiling
+            twin = policy in twins
+            colour = colours[policy]
+            line = {"linestyle": "--", "zorder": 4} if twin else {"linestyle": "-", "zorder": 2}
+            ax.plot(x, y, color=colour, linewidth=2.0 if twin else 1.6, alpha=0.9, **line)
+            face = "white" if twin else colour
+            top = line["zorder"] + 1
+            ax.scatter(x[ok], y[ok], s=34, facecolors=face, edgecolors=colour, zorder=top)
+            ax.scatter(x[~ok], y[~ok], color=colour, marker="x", s=60, linewidths=2, zorder=top)
         ax.axhline(window_s, color="black", linewidth=1, linestyle="--")
         ax.axhline(ceiling, color="#c0392b", linewidth=0.8)
         ax.text(1.0, window_s, "recovery window ", ha="right", va="bottom", fontsize=9,
@@ -118,17 +134,29 @@ def stress_figure(table: pd.DataFrame, window_s: float, title: str = "") -> Figu
         ax.set_ylim(0, ceiling * 1.1)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("seconds after the burst until goodput is back")
-    margin = table[table["recovered"]].groupby("policy")["extra_requests"].max()
+    margin = margins(table).groupby("policy")["margin_requests"].max()
     ranked = sorted(policies, key=lambda p: -float(margin.get(p, 0.0)))
     handles = [
-        Line2D([], [], color=colours[p], marker="o",
-               label=f"{p} (margin {float(margin.get(p, 0.0)):.0f} extra requests)")
+        legend_handle(p, colours[p], p in twins,
+                      f"{p} (margin {float(margin.get(p, 0.0)):.0f} extra requests)")
         for p in ranked
     ]  # fmt: skip
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)),
-               frameon=False, fontsize=9)  # fmt: skip
+    columns = max(1, min(len(handles), int(width // LEGEND_COLUMN_IN)))
+    fig.legend(handles=handles, loc="outside lower center", ncols=columns, frameon=False,
+               fontsize=9)  # fmt: skip
     fig.suptitle(title or "Storm margin: how big a burst each policy recovers from")
     return fig
+
+
+def _curve(
+    table: pd.DataFrame, policy: str, duration: float, ceiling: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(multipliers, recovery seconds) of one policy and burst length, sorted; a burst not
+    recovered from sits at `ceiling`."""
+    part = table[(table["policy"] == policy) & (table["duration_s"] == duration)]
+    part = part.sort_values("multiplier")
+    y = part["recovery_s"].to_numpy(float)
+    return part["multiplier"].to_numpy(float), np.where(np.isfinite(y), y, ceiling)
 
 
 def save(fig: Figure, path: Path) -> Path:

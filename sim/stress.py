@@ -58,7 +58,7 @@ def base_rate(scenario: Scenario) -> float:
     """The scenario's calm arrival rate (Poisson or schedule arrivals only)."""
     if scenario.arrivals.kind not in ("poisson", "schedule"):
         raise ScenarioError(
-            scenario.name,
+            scenario.source,
             [("arrivals.kind", "stress needs poisson or schedule arrivals (a base rate to burst)")],
         )
     return scenario.arrivals.rate_per_s

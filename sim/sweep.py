@@ -166,7 +166,7 @@ def _check_keys(scenario: Scenario, grid: dict[str, list[Any]], kind: str) -> No
                 problems.append((f"sweep.{kind}.{key}", f"value {value!r} gives: {details}"))
                 break
     if problems:
-        raise ScenarioError(scenario.name, problems)
+        raise ScenarioError(scenario.source, problems)
 
 
 def run_point(

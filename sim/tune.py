@@ -35,6 +35,7 @@ from sim.errors import ScenarioError
 from sim.pilot import TTFT_SAMPLE, _reserves, step_latencies
 from sim.policies import build_resolved
 from sim.streams import CallDrawBank, Streams
+from sim.words import plural
 from sim.workflow import Workflow
 
 #: Name of the policy `tune` adds.
@@ -116,7 +117,7 @@ class Evaluator:
         for step in self.steps:
             if len(self.pilot[step.id]) == 0:
                 raise ScenarioError(
-                    scenario.name,
+                    scenario.source,
                     [("workflow.steps", f"step '{step.id}' never succeeded in the pilot run")],
                 )
         self.reserve = _reserves(scenario, self.pilot)
@@ -214,7 +215,8 @@ def _successive_halving(
         for i, knobs in enumerate(alive):
             scored.append((ev.score(knobs, min(n, requests)), -i, knobs))
             done += 1
-            tell(f"halving: {len(alive)} candidates on {n} requests", done, total)
+            rung = f"halving: {plural(len(alive), 'candidate')} on {plural(n, 'request')}"
+            tell(rung, done, total)
         scored.sort(reverse=True)
         if k + 1 < len(rungs):
             alive = [c for _, _, c in scored[: max(1, math.ceil(len(scored) * KEEP))]]
@@ -436,7 +438,7 @@ def run_tune(
             raise AssertionError(f"written policy differs from the scored one at step {step}")
     header = (
         f"# {scenario.name} with policy `{TUNED}` added by `tailsim tune` "
-        f"({result.evaluations} candidates scored on {n} requests).\n"
+        f"({plural(result.evaluations, 'candidate')} scored on {plural(n, 'request')}).\n"
     )
     out_file.write_text(
         header + yaml.safe_dump(fresh, sort_keys=False, allow_unicode=True), encoding="utf-8"
@@ -444,7 +446,8 @@ def run_tune(
     report = run_policies(tuned, requests=n, seed=seed)
     cap = "none" if max_cost is None else f"{max_cost:g} USD"
     note = (
-        f"{scenario.name}: {n} requests, seed {report.seed} (the search ran on other draws); "
+        f"{scenario.name}: {plural(n, 'request')}, seed {report.seed} "
+        "(the search ran on other draws); "
         f"cost cap {cap}, quality floor {max(min_quality, scenario.quality_floor):g}"
     )
     return TuneOutcome(result, report.summary, note)

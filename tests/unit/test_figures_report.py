@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import sim
-from sim.aggregate import aggregate_replications, hit_rate_interval
+from sim.aggregate import aggregate_replications
 from sim.cli import main
 from sim.plots import folder_figures, pareto_frontier, policy_colors
 from sim.reading import read_policies
@@ -38,20 +38,6 @@ def sweep_folder(tmp_path_factory: pytest.TempPathFactory, contract_path: Path) 
     result = CliRunner().invoke(main, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
-
-
-def test_interval_is_never_zero_width() -> None:
-    # two replications that agree exactly still get the binomial width
-    lo, hi, method = hit_rate_interval(np.array([0.978, 0.978]), 978 * 2, 1000 * 2)
-    assert method == "t+wilson"
-    assert lo < 0.978 < hi
-    lo1, hi1, method1 = hit_rate_interval(np.array([0.978]), 978, 1000)
-    assert method1 == "wilson"
-    assert lo1 < 0.978 < hi1
-    # replications that disagree widen it beyond the binomial
-    lo2, hi2, _ = hit_rate_interval(np.array([0.5, 0.9]), 1400, 2000)
-    assert lo2 < lo1
-    assert hi2 > 0.9
 
 
 def test_pooled_cost_per_success_never_flatters_failure() -> None:
