@@ -298,16 +298,8 @@ def sweep(
                 stored = store.stored()
                 if created and not stored:
                     shutil.rmtree(folder, ignore_errors=True)
-                raise ScenarioError(
-                    str(folder),
-                    [
-                        (
-                            "",
-                            f"{exc.what}; {stored} of {len(points)} points stored; "
-                            f"resume with: {_same_command(folder)}",
-                        )
-                    ],
-                ) from None
+                line = f"{exc.what}; {stored} of {len(points)} points stored; resume with: "
+                raise ScenarioError(str(folder), [("", line + _same_command(folder))]) from None
             except BaseException:
                 if created and not store.done():
                     shutil.rmtree(folder, ignore_errors=True)

@@ -369,8 +369,8 @@ def _check_target(folder: Path, print_: str, *, locked: bool) -> None:
             [
                 (
                     "",
-                    "holds a different sweep (the scenario, --requests, --policy or --seed "
-                    "differ); choose another --out",
+                    "holds a different sweep (the scenario or a file it reads, --requests, "
+                    "--policy, --seed or the engine differ); choose another --out",
                 )
             ],
         )
