@@ -6,6 +6,7 @@ Bad input exits with code 2 and a message naming the file and key path, never a 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import signal
 import sys
@@ -244,7 +245,7 @@ def sweep(
     """Run SCENARIO's `sweep:` grid x replications, every policy at every point.
 
     Each point is stored as it finishes; the same command again resumes an interrupted sweep."""
-    from sim.executors import Executor  # noqa: PLC0415
+    from sim.executors import Executor, WorkersLostError  # noqa: PLC0415
     from sim.store import SweepStore, default_sweep_folder  # noqa: PLC0415
 
     with bad_input_exits():
@@ -264,8 +265,9 @@ def sweep(
         points = expand(spec)  # checks every swept key and value before any work
         folder = out_dir if out_dir is not None else default_sweep_folder(spec, requests, chosen)
         created = not folder.exists()
-        with Executor(executor, workers, scheduler) as pool:  # reaches a scheduler first
-            store = SweepStore.open(
+        with (
+            Executor(executor, workers, scheduler) as pool,  # reaches a scheduler first
+            SweepStore.open(  # locks the folder: a second writer is refused, naming this one
                 folder,
                 spec,
                 points,
@@ -273,7 +275,8 @@ def sweep(
                 policies=chosen,
                 source=source,
                 version=sim.__version__,
-            )
+            ) as store,
+        ):
             pending = store.pending()
             if len(pending) < len(points):  # said even with --quiet: it changes what runs
                 err.print(
@@ -295,14 +298,20 @@ def sweep(
                         spec, pending, store.keys, requests=requests, policies=chosen, on_done=done
                     )
             except KeyboardInterrupt:
-                stored = len(points) - len(store.pending())
                 err.print(
-                    f"interrupted: {stored} of {plural(len(points), 'point')} stored in {folder}; "
-                    "run the same command again to resume",
+                    f"interrupted: {store.stored()} of {plural(len(points), 'point')} stored in "
+                    f"{folder}; run the same command again to resume",
                     markup=False,
                     soft_wrap=True,
                 )
                 sys.exit(EXIT_INTERRUPTED)
+            except WorkersLostError as exc:
+                stored = store.stored()
+                if created and not stored:
+                    shutil.rmtree(folder, ignore_errors=True)
+                count = plural(len(points), "point")
+                line = f"{exc.what}; {stored} of {count} stored; resume with: "
+                raise ScenarioError(str(folder), [("", line + _same_command(folder))]) from None
             except BaseException:
                 if created and not store.done():
                     shutil.rmtree(folder, ignore_errors=True)
@@ -314,6 +323,28 @@ def sweep(
             "" if no_plot else ", figures/"
         )
         out.print(f"results: {folder}/ ({files})", markup=False)
+
+
+def _same_command(folder: Path) -> str:
+    """The running command as the user would type it again, with `--out folder` (so it finds
+    the same folder even if the default's name would change): every option given, none else."""
+    ctx = click.get_current_context()
+    words = ["tailsim", ctx.info_name or ""]
+    for param in ctx.command.params:
+        value = folder if param.name == "out_dir" else ctx.params.get(param.name or "")
+        if isinstance(param, click.Argument):
+            words += [str(value)] if value is not None else []
+            continue
+        unset = value is None or value is False or (isinstance(value, tuple) and not value)
+        if unset or (param.default is not None and value == param.default):
+            continue
+        flag = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            words.append(flag)
+        else:
+            for item in value if getattr(param, "multiple", False) else (value,):
+                words += [flag, str(item)]
+    return shlex.join(words)
 
 
 def _listing(folder: Path) -> str:

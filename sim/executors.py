@@ -8,14 +8,21 @@ coordinates (see `sim.sweep`).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.config import Scenario
 from sim.errors import ScenarioError
+from sim.parent_watch import ParentLifeline, watch_parent
 
 if TYPE_CHECKING:
     from sim.sweep import PointResult, SweepPoint
@@ -23,6 +30,18 @@ if TYPE_CHECKING:
 EXECUTORS = ("inline", "processes", "dask")
 #: Seconds to wait for an existing dask scheduler before giving up with a clear message.
 CONNECT_TIMEOUT_S = 10
+#: Seconds a dask sweep waits for at least one worker before saying the cluster has none.
+WAIT_FOR_WORKERS_S = 10
+
+
+class WorkersLostError(ScenarioError):
+    """The executor's workers died or left mid-sweep (killed, out of memory, a dask cluster
+    gone): `what` says which, `hint` what may have caused it; the points finished before are
+    stored, so the caller can say how to resume."""
+
+    def __init__(self, executor: str, what: str, hint: str = "") -> None:
+        self.what = what
+        super().__init__(f"executor {executor!r}", [("", f"{what}; {hint}" if hint else what)])
 
 
 def check_executor(executor: str, workers: int | None, scheduler: str | None) -> None:
@@ -104,19 +123,56 @@ def _run_processes(
     workers: int | None,
     on_done: Callable[[PointResult], None],
 ) -> None:
-    """A local process pool ('forkserver': safe beside threads such as a progress bar)."""
+    """A local process pool ('forkserver': safe beside threads such as a progress bar) whose
+    workers end if this process dies (`sim.parent_watch`)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # a worker re-running an unguarded script: leave quietly, the parent says what to do
+        raise SystemExit(1)
     count = min(workers or default_workers(), len(points))
     context = get_context("forkserver")
     context.set_forkserver_preload(["sim.sweep"])
-    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
-        futures = [pool.submit(fn, scenario, point, *args) for point in points]
+    with ParentLifeline(context) as lifeline:
         try:
-            for future in as_completed(futures):
-                on_done(future.result())
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+            with ProcessPoolExecutor(
+                max_workers=count,
+                mp_context=context,
+                initializer=watch_parent,
+                initargs=(lifeline.child_end,),
+            ) as pool:
+                futures = [pool.submit(fn, scenario, point, *args) for point in points]
+                try:
+                    for future in as_completed(futures):
+                        on_done(future.result())
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+        except BrokenProcessPool:
+            raise WorkersLostError("processes", *_broken_pool_reason()) from None
+
+
+def _broken_pool_reason() -> tuple[str, str]:
+    """Why a process pool broke and the likely fix: from a script, most often a missing
+    `__main__` guard (each worker re-imports the script, which starts the sweep again)."""
+    guard = 'if __name__ == "__main__":'
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    script = ""
+    if path and Path(path).is_file():
+        try:
+            script = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            script = ""
+    if script and "__main__" not in script:
+        return (
+            f"the worker processes re-ran {path} (each worker imports the script that started "
+            f"it), which has no `{guard}` guard: put the sweep call under one",
+            "",
+        )
+    return (
+        "a worker process ended abruptly (BrokenProcessPool: killed, or out of memory?)",
+        f"from a script, the sweep call must sit under `{guard}` (each worker imports the script)",
+    )
 
 
 def _dask_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
@@ -163,11 +219,32 @@ def _run_dask(
     """Submit every point to the dask client and hand back results as they complete."""
     from dask.distributed import as_completed as dask_completed  # noqa: PLC0415
 
-    remote = client.scatter(scenario, broadcast=True)
+    try:
+        remote = client.scatter(scenario, broadcast=True, timeout=WAIT_FOR_WORKERS_S)
+    except (TimeoutError, OSError) as exc:
+        raise WorkersLostError("dask", f"the dask cluster has no workers ({exc})") from None
     futures = [client.submit(fn, remote, point, *args, pure=False) for point in points]
     try:
         for future in dask_completed(futures):
-            on_done(future.result())
+            try:
+                result = future.result()
+            except Exception as exc:
+                if not _workers_gone(exc, future):
+                    raise  # the point's own error, as raised in the worker
+                raise WorkersLostError(
+                    "dask", f"the dask cluster lost its workers ({type(exc).__name__})"
+                ) from None
+            on_done(result)
     except BaseException:
         client.cancel(futures)
         raise
+
+
+def _workers_gone(exc: Exception, future: Any) -> bool:
+    """Whether a dask future failed because its worker (or the data scattered to it) is gone,
+    not because the point itself raised."""
+    from distributed import KilledWorker  # noqa: PLC0415 - dask loads only when used
+
+    if isinstance(exc, KilledWorker | concurrent.futures.CancelledError | asyncio.CancelledError):
+        return True
+    return isinstance(exc, OSError) and future.status != "error"  # a connection, not the point

@@ -6,7 +6,11 @@ scenario and options), `parts/<point key>/` (that point's `summary.parquet` and
 (replications pooled, with confidence intervals), `replications.csv` (one row per point and
 policy), `requests.parquet` (every run) and `scenario.resolved.yaml`. Running the same sweep
 into the same folder again skips the points whose parts exist, so a sweep killed halfway
-resumes where it stopped; a folder holding a different sweep is refused.
+resumes where it stopped; a folder holding a different sweep is refused. One process at a time
+writes a folder (`sim.lock.FolderLock`): a second is refused, naming the first, before it
+touches anything. A point's part is named by a hash of everything that makes its numbers (the
+resolved scenario and the content of the files it reads, --requests, --policy, the engine, the
+point's overrides, replication and seed), so a part is never reused for other inputs.
 """
 
 from __future__ import annotations
@@ -26,24 +30,39 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from sim.capacity import REQUESTS
 from sim.config import Scenario
 from sim.errors import ScenarioError
+from sim.lock import LOCK, LOCK_FILES, FolderLock
+from sim.runner import chosen_policies
 from sim.sweep import PointResult, SweepPoint, SweepResult, stack, swept_keys
 from sim.words import plural
 
 MANIFEST = "manifest.json"
 PARTS = "parts"
-FORMAT = 1
+#: 2: parts named by a hash of every input (format 1 hashed the point's coordinates only).
+FORMAT = 2
 SWEEP_FIGURES = ("figures/sweep.png", "figures/pareto.png")
 
 
-def fingerprint(scenario: Scenario, requests: int | None, policies: Sequence[str] | None) -> str:
-    """What makes two sweeps the same: the resolved scenario (seed included) and the options."""
+def fingerprint(
+    scenario: Scenario,
+    requests: int | None,
+    policies: Sequence[str] | None,
+    engine: str | None = None,
+) -> str:
+    """What makes two sweeps the same: everything that can change a point's numbers, resolved
+    (so `-n 300` equals a scenario's own `requests: 300`): the scenario with every default
+    explicit (seed, sweep grid and replications included), the bytes of the files it reads,
+    the requests, the policies in order, the engine override and which tables a point keeps."""
     data = {
         "format": FORMAT,
         "scenario": resolved_data(scenario),
-        "requests": requests,
-        "policies": list(policies) if policies else None,
+        "files": _file_hashes(scenario),
+        "requests": requests if requests is not None else scenario.requests,
+        "policies": chosen_policies(scenario, policies),
+        "engine": engine,
+        "records": REQUESTS,
     }
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -54,10 +73,38 @@ def default_sweep_folder(
     requests: int | None,
     policies: Sequence[str] | None,
     root: Path = Path("results"),
+    engine: str | None = None,
 ) -> Path:
     """results/<name>/sweep-<fingerprint>/: the same command always names the same folder, so
     running it again after an interruption resumes instead of starting over."""
-    return root / scenario.name / f"sweep-{fingerprint(scenario, requests, policies)[:10]}"
+    print_ = fingerprint(scenario, requests, policies, engine)
+    return root / scenario.name / f"sweep-{print_[:10]}"
+
+
+def _file_hashes(scenario: Scenario) -> dict[str, str | None]:
+    """sha256 of every file the scenario reads (`file:` keys: samples, traces), by absolute
+    path: editing a trace changes the numbers without changing the scenario's text."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "file" and isinstance(value, str):
+                    found.append(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(resolved_data(scenario))
+    hashes: dict[str, str | None] = {}
+    for name in sorted(set(found)):
+        try:
+            hashes[name] = hashlib.sha256(Path(name).read_bytes()).hexdigest()
+        except OSError:
+            hashes[name] = None
+    return hashes
 
 
 def resolved_data(scenario: Scenario) -> dict[str, Any]:
@@ -82,13 +129,15 @@ def is_sweep_folder(folder: Path) -> bool:
 
 @dataclass
 class SweepStore:
-    """A sweep folder being filled: which points are done, and writing the rest."""
+    """A sweep folder being filled, held by this process alone: which points are done, and
+    writing the rest. A context manager: leaving it lets the folder go (`close`)."""
 
     folder: Path
     scenario: Scenario
     points: list[SweepPoint]
     keys: list[str]
     manifest: dict[str, Any] = field(default_factory=dict)
+    lock: FolderLock | None = None
 
     @classmethod
     def open(
@@ -101,61 +150,95 @@ class SweepStore:
         policies: Sequence[str] | None,
         source: str,
         version: str,
+        engine: str | None = None,
     ) -> SweepStore:
-        """Create the folder (or reopen the same sweep's) and write the manifest; refuses a
-        foreign folder or one holding another sweep, before any work."""
-        print_ = fingerprint(scenario, requests, policies)
-        _check_target(folder, print_)
-        manifest = {
-            "kind": "sweep",
-            "format": FORMAT,
-            "fingerprint": print_,
-            "scenario": scenario.name,
-            "source": source,
-            "tailsim_version": version,
-            "seed": scenario.seed,
-            "requests": requests if requests is not None else scenario.requests,
-            "policies": list(policies) if policies else list(scenario.policies),
-            "swept_keys": swept_keys(scenario),
-            "points": [
-                {
-                    "key": p.key(),
-                    "overrides": p.overrides,
-                    "replication": p.replication,
-                    "seed": p.seed,
-                }
-                for p in points
-            ],
-            "status": "running",
-            "python": platform.python_version(),
-        }
+        """Create the folder (or reopen the same sweep's), lock it and write the manifest;
+        refuses, before touching anything, a foreign folder, one holding another sweep, or one
+        another process is writing."""
+        print_ = fingerprint(scenario, requests, policies, engine)
+        _check_target(folder, print_, locked=False)
         try:
-            (folder / PARTS).mkdir(parents=True, exist_ok=True)
-            write_atomic(folder / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n")
+            folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
-        _clean_staging(folder / PARTS)
-        return cls(folder, scenario, points, swept_keys(scenario), manifest)
+        lock = FolderLock(folder).acquire()
+        try:
+            _check_target(folder, print_, locked=True)  # again: no one else can change it now
+            manifest = {
+                "kind": "sweep",
+                "format": FORMAT,
+                "fingerprint": print_,
+                "scenario": scenario.name,
+                "source": source,
+                "tailsim_version": version,
+                "seed": scenario.seed,
+                "requests": requests if requests is not None else scenario.requests,
+                "policies": chosen_policies(scenario, policies),
+                "engine": engine,
+                "swept_keys": swept_keys(scenario),
+                "points": [
+                    {
+                        "key": p.key(print_),
+                        "overrides": p.overrides,
+                        "replication": p.replication,
+                        "seed": p.seed,
+                    }
+                    for p in points
+                ],
+                "status": "running",
+                "python": platform.python_version(),
+            }
+            try:  # the manifest first: a folder with parts/ always says what it holds
+                write_atomic(folder / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n")
+                (folder / PARTS).mkdir(exist_ok=True)
+            except OSError as exc:
+                raise ScenarioError(str(folder), [("", f"cannot write results: {exc}")]) from None
+            _clean_staging(folder / PARTS)  # a dead writer's: the lock says none is alive
+        except BaseException:
+            lock.release()
+            raise
+        return cls(folder, scenario, points, swept_keys(scenario), manifest, lock)
+
+    def close(self) -> None:
+        """Let the folder go: another process may write it from now on."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> SweepStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def part_name(self, point: SweepPoint) -> str:
+        """The folder name of `point`'s part: its index and a hash of all its inputs."""
+        return point.key(self.manifest["fingerprint"])
 
     def done(self) -> set[str]:
-        """Keys of the points whose parts are in the folder."""
+        """Names of the parts in the folder."""
         parts = self.folder / PARTS
         return {p.name for p in parts.iterdir() if p.is_dir() and not p.name.startswith(".")}
 
     def pending(self) -> list[SweepPoint]:
         """The points still to run, in plan order."""
         finished = self.done()
-        return [p for p in self.points if p.key() not in finished]
+        return [p for p in self.points if self.part_name(p) not in finished]
+
+    def stored(self) -> int:
+        """How many of this sweep's points have their part in the folder."""
+        return len(self.points) - len(self.pending())
 
     def write_part(self, result: PointResult) -> None:
         """Write one point's tables into a hidden folder and rename it into place whole."""
         parts = self.folder / PARTS
-        staging = Path(tempfile.mkdtemp(prefix=f".{result.point.key()}-", dir=parts))
+        name = self.part_name(result.point)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=parts))
         try:
             result.summary.to_parquet(staging / "summary.parquet", index=False)
             result.requests.to_parquet(staging / "requests.parquet", index=False)
             staging.chmod(0o777 & ~_umask())
-            os.replace(staging, parts / result.point.key())
+            os.replace(staging, parts / name)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -164,7 +247,7 @@ class SweepStore:
         """Every point's part read back into one SweepResult (all points must be done)."""
         results = []
         for point in self.points:
-            part = self.folder / PARTS / point.key()
+            part = self.folder / PARTS / self.part_name(point)
             results.append(
                 PointResult(
                     point=point,
@@ -207,7 +290,7 @@ def save_sweep(result: SweepResult, folder: Path, figures: bool = True) -> Path:
     assert result.scenario is not None
     policies = sorted(set(result.summary["policy"]), key=list(result.summary["policy"]).index)
     requests = int(result.summary["requests"].iloc[0])
-    store = SweepStore.open(
+    with SweepStore.open(
         folder,
         result.scenario,
         result.points,
@@ -215,18 +298,18 @@ def save_sweep(result: SweepResult, folder: Path, figures: bool = True) -> Path:
         policies=policies,
         source=result.scenario.name,
         version=__version__,
-    )
-    for point in store.pending():
-        mask_s = _point_mask(result.summary, point, result.keys)
-        mask_r = _point_mask(result.requests, point, result.keys)
-        store.write_part(
-            PointResult(
-                point,
-                result.summary[mask_s].reset_index(drop=True),
-                result.requests[mask_r].reset_index(drop=True),
+    ) as store:
+        for point in store.pending():
+            mask_s = _point_mask(result.summary, point, result.keys)
+            mask_r = _point_mask(result.requests, point, result.keys)
+            store.write_part(
+                PointResult(
+                    point,
+                    result.summary[mask_s].reset_index(drop=True),
+                    result.requests[mask_r].reset_index(drop=True),
+                )
             )
-        )
-    store.finish(figures=figures)
+        store.finish(figures=figures)
     return folder
 
 
@@ -258,8 +341,11 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _check_target(folder: Path, print_: str) -> None:
-    """Refuse a file, a foreign non-empty folder, or a folder holding a different sweep."""
+def _check_target(folder: Path, print_: str, *, locked: bool) -> None:
+    """Refuse a file, a foreign non-empty folder, or a folder holding a different sweep.
+
+    Before the lock is taken (`locked=False`), a folder with a lock file but no manifest yet is
+    let through: another writer may be creating it, and the lock will say so."""
     for parent in folder.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
@@ -269,7 +355,9 @@ def _check_target(folder: Path, print_: str) -> None:
         return
     if not folder.is_dir():
         raise ScenarioError(str(folder), [("", "is a file; choose another --out")])
-    if not any(folder.iterdir()):
+    if all(entry.name in LOCK_FILES for entry in folder.iterdir()):
+        return
+    if not locked and not (folder / MANIFEST).exists() and (folder / LOCK).exists():
         return
     if not is_sweep_folder(folder):
         raise ScenarioError(
@@ -282,8 +370,8 @@ def _check_target(folder: Path, print_: str) -> None:
             [
                 (
                     "",
-                    "holds a different sweep (the scenario, --requests, --policy or --seed "
-                    "differ); choose another --out",
+                    "holds a different sweep (the scenario or a file it reads, --requests, "
+                    "--policy, --seed or the engine differ); choose another --out",
                 )
             ],
         )

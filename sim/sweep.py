@@ -51,11 +51,12 @@ class SweepPoint:
         parts = [f"{k}={v}" for k, v in self.overrides.items()]
         return ", ".join([*parts, f"rep {self.replication}"])
 
-    def key(self) -> str:
+    def key(self, inputs: str = "") -> str:
         """A stable name for the point's stored part: its index and a hash of its coordinates
-        (so a part is never mistaken for another point's)."""
+        and of `inputs` (the store passes the fingerprint of everything else that makes the
+        numbers), so a part is never mistaken for another point's or another sweep's."""
         text = json.dumps(
-            [self.overrides, self.replication, self.seed], sort_keys=True, default=str
+            [inputs, self.overrides, self.replication, self.seed], sort_keys=True, default=str
         )
         return f"{self.index:05d}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
