@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from click.testing import CliRunner
 from helpers import scenario_dict, serving, step
 
@@ -325,3 +326,25 @@ def test_summaries_only_give_the_numbers_of_one_pass(
     pd.testing.assert_frame_equal(
         full.summary, tallied.summary, check_dtype=False, rtol=1e-12, atol=0
     )
+
+
+# ---------------------------------------------------------------- documented
+
+
+def test_the_keys_are_documented_and_the_docs_example_loads() -> None:
+    """scenario-format.md documents every hardness key, and its example block, put into a
+    scenario as written, loads with one request in ten hard."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scenario-format.md").read_text()
+    section = text[text.index("## Hard requests") : text.index("## Arrivals")]
+    for key in ("hardness.share", "models.M.when_hard.invalid_rate", "models.M.when_hard.length"):
+        assert f"`{key}`" in section, key
+    example = yaml.safe_load(section.split("```yaml")[1].split("```")[0])
+    data = scenario_dict([step("s1", model="small")], {"wait": {"kind": "wait"}})
+    data["hardness"] = example["hardness"]
+    data["models"] = example["models"]
+    scenario = scenario_from_dict(data)
+    assert scenario.hardness is not None
+    assert scenario.hardness.share == 0.1
+    when = scenario.models["small"].when_hard
+    assert when is not None
+    assert (when.invalid_rate, when.length) == (0.5, 2.5)
