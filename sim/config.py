@@ -283,11 +283,36 @@ class PriceSpec(Spec):
     output: NonNegativeFloat = 0.0
 
 
+# ---------------------------------------------------------------- hard requests (sim.hardness)
+
+
+class HardnessSpec(Spec):
+    """Which requests are hard: each with probability `share`, drawn once per request on a
+    stream of its own, so every attempt, re-send and policy of a hard request meets it."""
+
+    share: Probability = Field(description="share of requests that are hard, in [0, 1]")
+
+
+class WhenHardSpec(Spec):
+    """What a hard request does to one model's calls, on every attempt of that request."""
+
+    invalid_rate: Annotated[float, Field(ge=0, lt=1)] | None = Field(
+        default=None,
+        description="junk probability of the model's calls on a hard request, in place of each "
+        "serving's invalid_rate; none: unchanged",
+    )
+    length: PositiveFloat = Field(
+        default=1.0,
+        description="factor on the answer length of the model's calls on a hard request",
+    )
+
+
 class ModelSpec(Spec):
-    """A model: its list prices and a quality score in [0, 1]."""
+    """A model: its list prices, a quality score in [0, 1], how it does on hard requests."""
 
     price_per_mtok: PriceSpec = PriceSpec()
     quality: Probability = 1.0
+    when_hard: WhenHardSpec | None = None
 
 
 class LengthSpec(MedianP99Spec):
@@ -843,6 +868,7 @@ class Scenario(Spec):
         default=0.0, description="requests arriving before this run but are left out of the summary"
     )
     difficulty: DifficultySpec | None = None
+    hardness: HardnessSpec | None = None
     arrivals: ArrivalsSpec = ArrivalsSpec()
     customers: CustomersSpec = CustomersSpec()
     models: Annotated[dict[Name, ModelSpec], Field(min_length=1)]
@@ -894,6 +920,15 @@ class Scenario(Spec):
             from sim.perstep import step_problems  # noqa: PLC0415 - it imports this module
 
             problems = step_problems(self)
+        if problems:
+            raise FieldError(*problems[0], *problems[1:])
+        return self
+
+    @model_validator(mode="after")
+    def _hard_requests(self) -> Scenario:
+        from sim.hardness import hardness_problems  # noqa: PLC0415 - it imports this module
+
+        problems = hardness_problems(self)
         if problems:
             raise FieldError(*problems[0], *problems[1:])
         return self

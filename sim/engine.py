@@ -34,6 +34,7 @@ from sim.deadlines import (
     attempt_limit,
     rules_for,
 )
+from sim.hardness import Hardness, hard_tokens
 from sim.latency import U_OUTCOME, CallDraws, CallLatency, LogNormal, build_distribution
 from sim.policies import Attempt, Policy
 from sim.provider import (
@@ -214,6 +215,8 @@ class Simulation:
         if scenario.difficulty is not None:
             rng = streams.generator("difficulty")
             self.difficulty = difficulty_factors(scenario.difficulty, rng, bank.n_requests)
+        #: Hard requests (None: off): more junk and longer answers on every attempt of one.
+        self.hardness = Hardness.of(scenario, self.latencies)
         self.runs: list[Run] = []
         self.calls: list[Call] = []
         self.actions: list[Action] = []
@@ -593,7 +596,8 @@ class Simulation:
     ) -> tuple[Call, float, float, float, int, bool]:
         """A call about to be sent and its draws (common random numbers): first token (plus
         prefill), generation (times the request's difficulty, scaled to this call's drawn
-        answer length), stall, drawn outcome; and whether the answer will be truncated."""
+        answer length, longer on a hard request), stall, drawn outcome (a hard request's junk
+        rate); and whether the answer will be truncated."""
         run, step = handle.run, handle.step
         resend = run.resend
         slot = self._slots.get((plan.provider, plan.model, step.index, attempt, resend, sdk))
@@ -606,13 +610,22 @@ class Simulation:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
         if prefill:  # prefill grows with the prompt
             ttft += prefill
+        drawn, scale = draws.outcome[i], 1.0
+        hardness, bank = self.hardness, self.bank
+        if hardness is not None and plan.model in hardness.effects and hardness.is_hard(bank, i):
+            v = bank.uniforms(step.id, attempt, resend, sdk)[i, U_OUTCOME]
+            drawn = hardness.outcome((plan.provider, plan.model), v, drawn)
+            scale = hardness.length(plan.model)
         tokens = step.output_tokens
         truncated = False
-        if self.shaped_steps[step.index]:
+        if self.shaped_steps[step.index] or scale != 1.0:
             length = self.lengths.get(step.id)
             if length is not None:  # this call's answer length; generation time scales with it
                 u = self.bank.length_uniforms(step.id, attempt, resend)[i]
-                tokens = max(1, round(float(length.from_uniform(np.asarray([u]))[0])))
+                tokens = hard_tokens(float(length.from_uniform(np.asarray([u]))[0]), scale)
+                generation *= tokens / step.output_tokens
+            elif scale != 1.0:  # a hard request's longer answer
+                tokens = hard_tokens(step.output_tokens, scale)
                 generation *= tokens / step.output_tokens
             truncated = step.max_tokens is not None and tokens > step.max_tokens
             if truncated:
@@ -636,7 +649,7 @@ class Simulation:
         stall = draws.stall[i]
         if self.keeps_flights:
             handle.flights[attempt] = Flight(call, ttft, generation, stall)
-        return call, ttft, generation, stall, draws.outcome[i], truncated
+        return call, ttft, generation, stall, drawn, truncated
 
     def _slot(
         self, step: Step, attempt: int, plan: Attempt, resend: int, sdk: int
@@ -745,7 +758,10 @@ class Simulation:
         # independent of everything else, and common to every policy
         block = self.bank.uniforms(call.step, attempt, run.resend, call.sdk_retry)
         v = float(block[run.index, U_OUTCOME])
-        w = (v - latency.error_rate) / latency.invalid_rate if latency.invalid_rate > 0 else 0.0
+        band = latency.invalid_rate  # the invalid band's width (a hard request's junk rate)
+        if self.hardness is not None:
+            band = self.hardness.junk_rate((call.provider, call.model), self.bank, run.index, band)
+        w = (v - latency.error_rate) / band if band > 0 else 0.0
         if not w < validator.catches:
             call.outcome, call.valid = OUTCOME_OK, False
 

@@ -24,6 +24,7 @@ from sim.config import (
     CutPolicy,
     DistSpec,
     DownshiftPolicy,
+    HardnessSpec,
     HedgePolicy,
     ModelSpec,
     PilotSpec,
@@ -35,6 +36,7 @@ from sim.config import (
     StallSpec,
     StepSpec,
     WaitPolicy,
+    WhenHardSpec,
     WorkflowSpec,
 )
 from sim.engine import serving_latencies
@@ -61,6 +63,7 @@ KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
             "billing",
             "sweep",
             "engine",
+            "hardness",
         }
     ),
     ArrivalsSpec: frozenset(
@@ -68,7 +71,9 @@ KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
     ),
     CustomersSpec: frozenset({"retry"}),
     CustomerRetrySpec: frozenset({"probability", "max", "delay_s"}),
-    ModelSpec: frozenset({"price_per_mtok", "quality"}),
+    ModelSpec: frozenset({"price_per_mtok", "quality", "when_hard"}),
+    HardnessSpec: frozenset({"share"}),
+    WhenHardSpec: frozenset({"invalid_rate", "length"}),
     PriceSpec: frozenset({"input", "output"}),
     ProviderSpec: frozenset({"concurrency", "tpm", "rpm", "serves"}),
     ServingSpec: frozenset({"ttft_s", "tokens_per_s", "stall", "error_rate", "invalid_rate"}),

@@ -25,6 +25,7 @@ from scipy.special import ndtri
 from sim.config import Scenario
 from sim.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY
 from sim.engine import FAIL_DEADLINE, Simulation, serving_latencies
+from sim.hardness import Hardness, hard_tokens
 from sim.latency import (
     ERROR,
     INVALID,
@@ -186,7 +187,7 @@ class _CallLog:
                 positions.append(local + offset)
                 part = {name: getattr(c, name)[local] for name in _RAW}
                 part["request"] = c.rows[local]
-                for name in ("step", "model"):
+                for name in ("step", "model", "output_tokens"):
                     part[name] = np.full(len(local), getattr(c, name), dtype=np.int64)
                 parts.append(part)
             offset += len(c.rows)
@@ -237,6 +238,9 @@ class VectorizedSimulation:
             for m in self.models
         ]
         self._probed: set[tuple[str, int, str, str, int]] = set()
+        #: Hard requests (None: off) and, per request of the bank, whether it is hard.
+        self.hardness = Hardness.of(scenario, self.latencies)
+        self._hard = None if self.hardness is None else self.hardness.flags(bank)
 
     # ------------------------------------------------------------------ driving
 
@@ -335,7 +339,29 @@ class VectorizedSimulation:
             mine = (ttft[:k], generation[:k], stall, drawn[:k])
             self._probe(latency, u, step.output_tokens, mine)
             self._probed.add(key)
+        if self._hard is not None and plan.model in self.hardness.effects:  # type: ignore[union-attr]
+            self._harden(plan, rows, v, drawn, generation, step.output_tokens)
         return ttft, generation, stalled, extra, drawn
+
+    def _harden(
+        self,
+        plan: Attempt,
+        rows: np.ndarray,
+        v: np.ndarray,
+        drawn: np.ndarray,
+        generation: np.ndarray,
+        output_tokens: int,
+    ) -> None:
+        """A hard request's calls on an affected model, in place: outcome from its junk rate,
+        generation scaled to its answer length (as `Simulation._prepare`, `sim.hardness`)."""
+        hardness, hard = self.hardness, self._hard[rows]  # type: ignore[index]
+        assert hardness is not None
+        if not hard.any():
+            return
+        hardness.outcomes((plan.provider, plan.model), hard, v, drawn)
+        tokens = hard_tokens(output_tokens, hardness.length(plan.model))
+        if tokens != output_tokens:
+            generation[hard] *= tokens / output_tokens
 
     def _uniforms(self, step: str, attempt: int, rows: np.ndarray) -> np.ndarray:
         """The bank's uniform block of this call slot, or only its rows `rows` (in their order)
@@ -421,11 +447,19 @@ class VectorizedSimulation:
         """Record one call slot's calls for `rows` (deadline: their runs' deadlines)."""
         drawn, ttft, generating = billing
         provider, model = self.providers.index(plan.provider), self.models.index(plan.model)
-        chunk = _Chunk(
-            rows, step.index, attempt, provider, model, start, natural, kind, drawn, ttft,
-            generating, cancel_at, deadline, step.input_tokens, step.output_tokens,
-        )  # fmt: skip
-        self.log.add(chunk)
+        groups: list[tuple[np.ndarray | None, int]] = [(None, step.output_tokens)]
+        if self._hard is not None and plan.model in self.hardness.effects:  # type: ignore[union-attr]
+            groups = self.hardness.token_groups(  # type: ignore[union-attr]
+                plan.model, self._hard[rows], step.output_tokens
+            )
+        for which, tokens in groups:  # a hard request's calls: their own (longer) answers
+            part = (lambda a: a) if which is None else (lambda a, w=which: a[w])
+            chunk = _Chunk(
+                part(rows), step.index, attempt, provider, model, part(start), part(natural),
+                part(kind), part(drawn), part(ttft), part(generating), part(cancel_at),
+                part(deadline), step.input_tokens, tokens,
+            )  # fmt: skip
+            self.log.add(chunk)
 
     def _final(self, chunk: _Chunk, out: dict[str, np.ndarray]) -> None:
         """Write the final columns of a chunk's calls into `out`, no run closed early: a call
@@ -745,7 +779,7 @@ class VectorizedSimulation:
         unclear = np.unique(request[coincide])
         steps = self.workflow.steps
         input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[raw["step"]]
-        output_tokens = np.asarray([s.output_tokens for s in steps], dtype=np.int64)[raw["step"]]
+        output_tokens = raw["output_tokens"]  # the call's own (a hard request's may be longer)
         prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
         settled = self._settle(
             {name: raw[name] for name in _RAW},

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_deadline_scenarios import CHECKS as DEADLINE_CHECKS  # run at the golden size
+from test_hardness_scenario import CHECKS as HARDNESS_CHECKS  # run at the golden size
 from test_storm_scenarios import STORM_CHECKS  # run at their shipped size there
 
 import sim
@@ -48,6 +49,8 @@ GOLDEN_REQUESTS = 300
 #: minute (2.8M tokens at 11,800 a request, under the 3M TPM), so a 300-request record never
 #: drew a 429. 1000 requests cover two bursts at ~1 s of run time.
 GOLDEN_SIZE = {"azure-code-burst": 1000, "retry-storm": 1500}  # quota binds; burst covered
+#: hardness: its closed forms need ~200 hard requests to tell shared hardness from fresh draws.
+GOLDEN_SIZE["hardness"] = 2000
 #: Half-width of statistical checks, in standard errors.
 Z = 4.0
 #: Lead, in standard errors of the difference, that an ordering asks of the better policy.
@@ -506,6 +509,7 @@ INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
     ),
     # deadline-propagation, futile-retry, tool-resend: written in their own module
     **DEADLINE_CHECKS,
+    **HARDNESS_CHECKS,  # hardness: closed forms of shared hardness, in their own module
 }
 CASES = [(stem, check) for stem, checks in INDEPENDENT.items() for check in checks]
 #: Scenarios whose independent checks need their shipped size run in a module of their own.

@@ -159,6 +159,33 @@ def test_vectorized_equals_the_event_engine_per_request(
     pd.testing.assert_frame_equal(fast.calls, slow_calls, check_exact=False, rtol=RTOL)
 
 
+@st.composite
+def hard_qualifying_scenarios(draw: st.DrawFn) -> Scenario:
+    """`qualifying_scenarios` with a share of hard requests: per model, a junk rate on them
+    (or the serving's own) and a factor on their answers' length."""
+    data = draw(qualifying_scenarios()).model_dump(exclude_defaults=True)
+    data["hardness"] = {"share": draw(st.floats(min_value=0.0, max_value=1.0))}
+    for model in data["models"].values():
+        when: dict[str, Any] = {"length": draw(st.sampled_from([1.0, 0.5, 1.7, 3.0]))}
+        if draw(st.booleans()):
+            when["invalid_rate"] = draw(st.floats(min_value=0.0, max_value=0.6))
+        model["when_hard"] = when
+    return scenario_from_dict(data)
+
+
+@settings(PROFILE, max_examples=min(PROFILE.max_examples, 40))
+@given(
+    scenario=hard_qualifying_scenarios(),
+    n=st.integers(min_value=15, max_value=50),
+    seed=st.integers(min_value=0, max_value=2**31 - 1),
+)
+def test_vectorized_equals_the_event_engine_with_hard_requests(
+    scenario: Scenario, n: int, seed: int
+) -> None:
+    """Check 1 with hard requests (`hardness`, `when_hard`): the same tables per request."""
+    test_vectorized_equals_the_event_engine_per_request.hypothesis.inner_test(scenario, n, seed)
+
+
 # ---------------------------------------------------------------------------- in distribution
 
 #: KS critical value factor c(alpha) at alpha = 0.001: D > c * sqrt((n + m) / (n m)) rejects.

@@ -168,6 +168,31 @@ def test_every_policy_agrees_per_request_and_per_call(policy: str, billing: str)
     assert calls["run_fail_reason"].eq("deadline").any()
 
 
+def hard_tail_scenario(billing: str = "full", deadline_s: float = 10.0) -> Scenario:
+    """`tail_scenario` (its last step on small) with 30% of requests hard: more junk on both
+    models and longer answers (x2.5 on small, x1.3 on big)."""
+    steps = [step("s1"), step("s2", "s1"), step("s3", "s2", model="small")]
+    data = tail_scenario(steps, deadline_s=deadline_s, billing=billing).model_dump(
+        exclude_defaults=True
+    )
+    data["hardness"] = {"share": 0.3}
+    data["models"]["small"]["when_hard"] = {"invalid_rate": 0.6, "length": 2.5}
+    data["models"]["big"]["when_hard"] = {"invalid_rate": 0.2, "length": 1.3}
+    return scenario_from_dict(data)
+
+
+@pytest.mark.parametrize("billing", ["full", "elapsed", "none"])
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_every_policy_agrees_with_hard_requests(policy: str, billing: str) -> None:
+    """Hard requests' junk (from each call's own outcome uniform) and longer answers (their
+    generation time, billed and charged tokens) the same in both engines, per request and call."""
+    calls = assert_same(hard_tail_scenario(billing), policy)
+    lengths = {100, 250, 130}  # easy; hard on small (x2.5); hard on big (x1.3)
+    charged = set(calls["quota_tokens"] - 1000)
+    assert lengths <= charged, charged  # hard answers were made, on both models
+    assert {"ok", "error", "invalid"} <= set(calls["outcome"])
+
+
 def test_dag_branches_with_optional_steps_and_early_failures() -> None:
     """Two branches, optional steps (one with a required step after it), a join: a required
     failure in one branch cancels the other branch's call in flight, billed per the rule."""
