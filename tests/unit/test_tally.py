@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -292,6 +293,24 @@ def test_the_cli_writes_summaries_only_and_says_so(
     assert_exit(noticed, 0)
     assert "keeps summaries only" in noticed.stderr
     assert not (tmp_path / "auto" / "calls.parquet").exists()
+
+
+@pytest.mark.parametrize("plot", [True, False], ids=["figure", "no-plot"])
+def test_the_summaries_only_notice_lists_exactly_the_files_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plot: bool
+) -> None:
+    """The automatic switch names the files the run then writes: no figure with --no-plot."""
+    monkeypatch.setattr(sim.capacity, "AUTO_ALL_BYTES", 1)
+    out = tmp_path / "auto"
+    flags = [] if plot else ["--no-plot"]
+    result = cli("run", "--requests", "60", "-p", "wait", "--out", out, "-q", *flags)
+    assert_exit(result, 0)
+    listed = re.search(r"it writes (.+?), no requests/calls", " ".join(result.stderr.split()))
+    assert listed is not None, result.stderr
+    named = sorted(re.split(r", | and ", listed.group(1)))
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert named == written
+    assert ("figures/policies.png" in written) == plot
 
 
 def test_explain_reads_a_summaries_only_folder(tmp_path: Path) -> None:
