@@ -373,6 +373,7 @@ def test_two_runs_started_in_the_same_second_write_two_folders(
     cwd = tmp_path / "work"
     cwd.mkdir()
     command = [*tailsim_command(), "run", str(contract_path), "-n", "300", "-p", "wait,cut"]
+    command.append("--no-plot")  # the race is for the folder; a figure would only add time
     procs = [
         subprocess.Popen(
             command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
