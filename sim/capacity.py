@@ -114,7 +114,8 @@ def check_fits(
         return
     gib = 2**30
     most = int(requests * available * USABLE_SHARE / need)
-    advice = ", or --records none (summaries only)" if records == ALL and not why else ""
+    summaries_fit = estimated_bytes(scenario, requests, policies, NONE) <= available * USABLE_SHARE
+    advice = ", or --records none (summaries only)" if records == ALL and summaries_fit else ""
     raise ScenarioError(
         scenario.name,
         [
