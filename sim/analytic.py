@@ -7,7 +7,6 @@ import operator
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
 #: z-score of the 99th percentile of a standard normal, used by (median, p99) parametrisations.
@@ -165,6 +164,8 @@ def quantile_from_sf(sf: Callable[[float], float], q: float, hi: float | None = 
         upper *= 2.0
     else:
         raise ValueError(f"could not bracket the {q}-quantile: sf stays >= {target} up to {upper}")
+    from scipy.optimize import brentq  # noqa: PLC0415 - a slow import (~0.3 s of every CLI start)
+
     root = brentq(
         lambda x: float(sf(x)) - target,
         0.0,

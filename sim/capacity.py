@@ -21,6 +21,12 @@ USABLE_SHARE = 0.8
 #: What a run keeps (`tailsim run --records`): every table, the requests table, summaries only.
 ALL, REQUESTS, NONE = "all", "requests", "none"
 RECORDS = (ALL, REQUESTS, NONE)
+#: How an estimate names what it is for, by `records`.
+_KEEPING = {
+    ALL: "for their records",
+    REQUESTS: "even keeping only the requests table",
+    NONE: "even with summaries only",
+}
 #: Without a choice, a run whose full records would need more than this keeps summaries only.
 AUTO_ALL_BYTES = 2 * 2**30
 #: Bytes per run kept in summary-only mode (latency and first signal floats, request bits).
@@ -109,7 +115,8 @@ def check_fits(
         return
     gib = 2**30
     most = int(requests * available * USABLE_SHARE / need)
-    advice = ", or --records none (summaries only)" if records == ALL and not why else ""
+    summaries_fit = estimated_bytes(scenario, requests, policies, NONE) <= available * USABLE_SHARE
+    advice = ", or --records none (summaries only)" if records == ALL and summaries_fit else ""
     raise ScenarioError(
         scenario.source,
         [
@@ -117,7 +124,7 @@ def check_fits(
                 "requests",
                 f"{why}{plural(requests, 'request')} x "
                 f"{plural(len(policies), 'policy', 'policies')} need about "
-                f"{need / gib:.1f} GiB for their records, more than the {available / gib:.1f} "
+                f"{need / gib:.1f} GiB {_KEEPING[records]}, more than the {available / gib:.1f} "
                 f"GiB available; run at most about {most} requests, or fewer policies at a "
                 f"time (--policy){advice}",
             )

@@ -31,7 +31,7 @@ from rich.progress import (
 from rich.table import Table
 
 import sim
-from sim.capacity import ALL, RECORDS, default_records, estimated_bytes
+from sim.capacity import ALL, NONE, RECORDS, check_fits, default_records, estimated_bytes
 from sim.config import Scenario
 from sim.engine_choice import ENGINES
 from sim.errors import ScenarioError
@@ -42,6 +42,7 @@ from sim.results import (
     check_writable,
     default_folder,
     read_result_tables,
+    run_files,
     write_results,
     write_stress_results,
 )
@@ -148,9 +149,9 @@ def _load(scenario: Path | None) -> tuple[str, Scenario]:
 @click.option(
     "--records",
     type=click.Choice(RECORDS),
-    help="Tables to keep: all; requests (no calls.parquet); none (summary.csv, breakdown.csv "
-    "and the figure, in memory that does not grow with calls). Default: all, or none when all "
-    "would need more than 2 GiB.",
+    help="Tables to keep: all; requests (no calls.parquet); none (summary.csv, breakdown.csv, "
+    "scenario.resolved.yaml, run.json and the figure, in memory that does not grow with "
+    "calls). Default: all, or none when all would need more than 2 GiB.",
 )
 def run(
     scenario: Path | None,
@@ -174,8 +175,10 @@ def run(
         names = chosen_policies(spec, policies, "--policy")  # unknown names stop here
         if records is None:
             records = default_records(spec, n, names)
+            check_fits(spec, n, names, records=records)  # too big even so: only that is said
             if records != ALL:  # said even with --quiet: files the user may expect are absent
-                err.print(_summaries_only_notice(spec, n, names), markup=False, soft_wrap=True)
+                notice = _summaries_only_notice(spec, n, names, figures=not no_plot)
+                err.print(notice, markup=False, soft_wrap=True)
         with _progress(names, n, quiet) as tick, _interrupt_between_events() as stop:
             result = sim.run(
                 spec,
@@ -687,14 +690,15 @@ def _progress(names: list[str], n: int, quiet: bool) -> Iterator[Callable[[str, 
         yield lambda name, k: bar.advance(tasks[name], k)
 
 
-def _summaries_only_notice(spec: Scenario, n: int, names: list[str]) -> str:
-    """Why a run keeps summaries only, and how to keep more."""
+def _summaries_only_notice(spec: Scenario, n: int, names: list[str], figures: bool) -> str:
+    """Why a run keeps summaries only, the files it will write, and how to keep more."""
     need = estimated_bytes(spec, n, names, ALL) / 2**30
+    *first, last = run_files(NONE, figures)
     return (
         f"note: {plural(n, 'request')} x {plural(len(names), 'policy', 'policies')} would need "
         f"about {need:.1f} GiB for every "
-        "call's record, so this run keeps summaries only (--records none): summary.csv, "
-        "breakdown.csv and the figure, no requests/calls/timeseries tables. Pass --records "
+        f"call's record, so this run keeps summaries only (--records none): it writes "
+        f"{', '.join(first)} and {last}, no requests/calls/timeseries tables. Pass --records "
         "requests (or all) to keep them."
     )
 

@@ -203,7 +203,10 @@ def _dask_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
         n_workers=workers or default_workers(),
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        scheduler_port=0,
+        # the scheduler serves HTTP even without a dashboard, on :8787 unless told: a free
+        # local port instead, so two clusters on one machine never compete for a port
+        dashboard_address="127.0.0.1:0",
     )
     return Client(cluster), cluster
 

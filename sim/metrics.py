@@ -411,19 +411,30 @@ def breach_flags(
 ) -> dict[str, np.ndarray]:
     """Per budget of `BUDGETS`, which runs had a call or action cut by it (the deadline's also
     counts runs that failed at the deadline), aligned with `runs`."""
-    keys = ["request_id", "resend"]
-    ended = calls[[*keys, "ended_by"]] if "ended_by" in calls else calls[keys].assign(ended_by="")
-    if actions is not None and len(actions):
-        ended = pd.concat([ended, actions[[*keys, "ended_by"]]], ignore_index=True)
-    run_index = pd.MultiIndex.from_frame(runs[keys])
+    parts = [calls] if actions is None or not len(actions) else [calls, actions]
+    # a run is (request_id, resend); numbered request_id * span + resend, matched with np.isin
+    # (pandas MultiIndex matching cost more than the simulation on small runs)
+    span = 1 + max([int(frame["resend"].max()) for frame in [runs, *parts] if len(frame)] or [0])
+    run_codes = _run_codes(runs, span)
+    ended_codes = np.concatenate([_run_codes(frame, span) for frame in parts])
+    ended_by = np.concatenate(
+        [
+            frame["ended_by"].to_numpy(object) if "ended_by" in frame else np.full(len(frame), "")
+            for frame in parts
+        ]
+    )
     flags = {}
     for budget in BUDGETS:
-        hit = ended.loc[ended["ended_by"] == budget, keys].drop_duplicates()
-        breached = run_index.isin(pd.MultiIndex.from_frame(hit))
+        breached = np.isin(run_codes, ended_codes[ended_by == budget])
         if budget == BY_DEADLINE and "fail_reason" in runs:
             breached |= (runs["fail_reason"] == FAIL_DEADLINE).to_numpy(bool)
         flags[budget] = breached
     return flags
+
+
+def _run_codes(frame: pd.DataFrame, span: int) -> np.ndarray:
+    """One integer per row naming its run: request_id * span + resend (span > every resend)."""
+    return frame["request_id"].to_numpy(np.int64) * span + frame["resend"].to_numpy(np.int64)
 
 
 def _summary_row(runs: pd.DataFrame, calls: pd.DataFrame, policy: str) -> dict[str, object]:

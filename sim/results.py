@@ -41,6 +41,17 @@ RESULT_FILES = (
 )
 
 
+def run_files(records: str, figures: bool) -> list[str]:
+    """The files a run with `records` none or requests writes (what `_write_run_files` does for
+    them: no file depends on the data), as the notice of an automatic summaries-only run lists
+    them."""
+    if records not in ("none", "requests"):
+        raise ValueError(f"records all also writes files that depend on the data: {records!r}")
+    kept = ["requests.parquet"] if records == "requests" else []
+    shown = [FIGURE] if figures else []
+    return ["summary.csv", "breakdown.csv", *kept, "scenario.resolved.yaml", "run.json", *shown]
+
+
 def default_folder(scenario_name: str, root: Path = Path("results"), prefix: str = "") -> Path:
     """results/<name>/<prefix><UTC timestamp>/: a name only; `claim_folder` makes it unique."""
     stamp = prefix + datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

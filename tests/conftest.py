@@ -11,13 +11,19 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Property tests draw the same examples on every run (CI included): a failure is reproducible,
-# never a flake. HYPOTHESIS_PROFILE=explore searches afresh, for hunting bugs locally.
-settings.register_profile("fixed", derandomize=True, database=None)
-settings.register_profile("explore")
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
+# never a flake. HYPOTHESIS_PROFILE=explore searches afresh, for hunting bugs locally. No profile
+# times anything: no per-example deadline and no too-slow health check (both measure wall time,
+# which a loaded machine stretches).
+_NO_WALL_CLOCK: dict[str, Any] = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("fixed", derandomize=True, database=None, **_NO_WALL_CLOCK)
+settings.register_profile("explore", **_NO_WALL_CLOCK)
+#: The engine property tests' profiles (tests/property/conftest.py) select the matching global one.
+_GLOBAL_PROFILE = {"ci": "fixed", "dev": "explore"}
+_profile = os.environ.get("HYPOTHESIS_PROFILE") or "fixed"
+settings.load_profile(_GLOBAL_PROFILE.get(_profile, _profile))
 
 #: The repository (the folder holding `sim/` and `tests/`).
 REPO_ROOT = Path(__file__).resolve().parents[1]

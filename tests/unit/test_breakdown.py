@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import sim
 from sim.breakdown import ProviderLimits, breakdown, provider_limits
-from sim.capacity import check_fits, estimated_bytes
+from sim.capacity import NONE, check_fits, estimated_bytes
 from sim.errors import ScenarioError
 from sim.metrics import peak_window_sum
 from sim.scenario import load_scenario
@@ -159,6 +159,22 @@ def test_capacity_check_refuses_what_cannot_fit_and_names_the_way_out() -> None:
     assert "GiB" in message
     assert "--policy" in message
     assert estimated_bytes(scenario, 1000, ["race"]) > estimated_bytes(scenario, 1000, ["wait"])
+
+
+def test_summaries_only_is_advised_only_where_it_would_fit() -> None:
+    scenario = load_scenario()
+    none = estimated_bytes(scenario, 10**9, ["wait"], NONE)
+    assert estimated_bytes(scenario, 10**9, ["wait"]) > none * 10
+    with pytest.raises(ScenarioError) as info:
+        check_fits(scenario, 10**9, ["wait"], available=none * 2)
+    assert "or --records none (summaries only)" in str(info.value)
+    with pytest.raises(ScenarioError) as info:
+        check_fits(scenario, 10**9, ["wait"], available=none // 2)
+    assert "--records none" not in str(info.value)
+    assert "for their records" in str(info.value)
+    with pytest.raises(ScenarioError) as info:
+        check_fits(scenario, 10**9, ["wait"], available=none // 2, records=NONE)
+    assert "even with summaries only" in str(info.value)
 
 
 def test_the_api_names_its_own_argument_for_an_unknown_policy() -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pandas as pd
 import pytest
@@ -23,6 +26,8 @@ from sim.scenario import scenario_from_dict
 from sim.sweep import expand, replication_seed
 
 TABLES = ("summary.csv", "replications.csv")
+#: Wall-time bound on a child process: only a hang reaches it, never a loaded machine.
+HANG_S = 900
 
 
 @pytest.fixture
@@ -74,7 +79,19 @@ def test_zip_lists_of_unequal_length_are_refused(contract_data: dict[str, Any]) 
     assert "equally long" in info.value.render()
 
 
-def test_processes_and_dask_give_the_bytes_of_inline(tiny: Path, tmp_path: Path) -> None:
+@pytest.mark.filterwarnings("error:Port .* is already in use:UserWarning")
+def test_processes_and_dask_give_the_bytes_of_inline(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    links = []  # where each local dask cluster serves HTTP: a free local port, never :8787
+
+    def dask_client(*args: Any) -> tuple[Any, Any]:
+        client, cluster = dask_client_of_main(*args)
+        links.append(urlsplit(cluster.dashboard_link))
+        return client, cluster
+
+    dask_client_of_main = executors._dask_client
+    monkeypatch.setattr(executors, "_dask_client", dask_client)
     outs = {}
     for executor in ("inline", "processes", "dask"):
         out = tmp_path / executor
@@ -83,6 +100,7 @@ def test_processes_and_dask_give_the_bytes_of_inline(tiny: Path, tmp_path: Path)
         outs[executor] = {name: (out / name).read_bytes() for name in TABLES}
     assert outs["processes"] == outs["inline"]
     assert outs["dask"] == outs["inline"]
+    assert [(link.hostname, link.port != 8787) for link in links] == [("127.0.0.1", True)]
 
 
 def test_summary_pools_replications_and_writes_the_store(tiny: Path, tmp_path: Path) -> None:
@@ -158,15 +176,16 @@ def test_a_sweep_killed_with_sigkill_resumes(tiny: Path, tmp_path: Path) -> None
         "400",
     ]
     proc = subprocess.Popen(command, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        parts = list((out / "parts").glob("[!.]*")) if (out / "parts").is_dir() else []
-        if parts:
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    finished = len(list((out / "parts").glob("[!.]*")))
+    hang = time.monotonic() + HANG_S  # a bound against a hang, never reached by a slow machine
+    try:
+        while not _stored_parts(out):
+            assert proc.poll() is None, f"the sweep ended (exit {proc.returncode}) before a part"
+            assert time.monotonic() < hang, f"no part stored in {HANG_S} s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished = len(_stored_parts(out))
     assert 1 <= finished < 4
     assert not (out / "summary.csv").exists()
     status = CliRunner().invoke(main, ["plot", str(out)])
@@ -177,6 +196,20 @@ def test_a_sweep_killed_with_sigkill_resumes(tiny: Path, tmp_path: Path) -> None
     assert f"{finished} of 4 points already finished, skipping them" in result.stderr
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
     assert not list((out / "parts").glob(".*"))  # no staging left behind
+
+
+def _stored_parts(out: Path) -> list[Path]:
+    """The finished points stored in the sweep folder `out` (staging folders start with a dot)."""
+    return list((out / "parts").glob("[!.]*")) if (out / "parts").is_dir() else []
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A local TCP port where nothing listens, kept so while the test runs: a socket bound to a
+    free port and never listening holds it, and a connection to it is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
 
 
 @pytest.mark.parametrize(
@@ -198,15 +231,14 @@ def test_bad_executor_options_exit_2_and_write_nothing(
 
 
 def test_unreachable_scheduler_exits_2_and_writes_nothing(
-    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closed_port: int
 ) -> None:
     monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 1)
     out = tmp_path / "o"
-    result = sweep_cli(
-        str(tiny), "--out", str(out), "-e", "dask", "--scheduler", "tcp://127.0.0.1:9"
-    )
+    address = f"tcp://127.0.0.1:{closed_port}"
+    result = sweep_cli(str(tiny), "--out", str(out), "-e", "dask", "--scheduler", address)
     assert result.exit_code == 2, result.output
-    assert "cannot reach a dask scheduler at 'tcp://127.0.0.1:9'" in result.stderr
+    assert f"cannot reach a dask scheduler at '{address}'" in result.stderr
     assert not out.exists()
 
 
