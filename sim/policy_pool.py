@@ -235,7 +235,8 @@ def run_policies(
                 relay.halt()  # the run has failed: the others need not finish
 
         try:
-            pool.each(policy_job, plan.scenario, plan.names, (plan, relay.channel), done)
+            order = heaviest_first(plan)
+            pool.each(policy_job, plan.scenario, order, (plan, relay.channel), done)
         except BaseException:
             if relay.interrupted():
                 raise KeyboardInterrupt from None
@@ -249,6 +250,24 @@ def run_policies(
     if missing:  # pragma: no cover - every policy either finishes, fails or is stopped
         raise RuntimeError(f"policies {missing} did not finish")
     return [outcomes[name] for name in plan.names]
+
+
+def heaviest_first(plan: RunPlan) -> list[str]:
+    """The policies in the order to hand them to the workers: those that start more calls at
+    once (a race's attempts, a draft beside the primary), summed over the steps, first; ties in
+    the run's order. A policy cannot be split, so a long one handed out last keeps one worker
+    busy while the others idle (tpm-saturation's inline policy times at 20,000 requests, 2.1,
+    5.6, 4.2 and 4.5 s, finish on 2 workers after 0.62 of their sum in the run's order, after
+    0.53 in this one)."""
+
+    def weight(name: str) -> int:
+        total = 0
+        for spec in plan.specs[name].values():
+            kind = getattr(spec, "kind", "")
+            total += spec.attempts if kind == "race" else 2 if kind == "draft" else 1
+        return total
+
+    return sorted(plan.names, key=lambda name: -weight(name))
 
 
 def policy_job(

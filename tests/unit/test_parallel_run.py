@@ -15,7 +15,10 @@ import pytest
 
 import sim
 from sim.errors import ScenarioError
+from sim.pilot import resolve_specs
+from sim.policy_pool import heaviest_first
 from sim.progress_lines import ProgressLines
+from sim.runner import RunPlan
 from sim.scenario import load_scenario
 from tests.unit.test_cli import assert_exit, cli, tailsim_command
 
@@ -179,3 +182,12 @@ def test_a_scenario_error_survives_pickling() -> None:
     error = ScenarioError("f.yaml", [("engine", "cannot"), ("seed", "bad")])
     back = pickle.loads(pickle.dumps(error))
     assert (back.source, back.problems, str(back)) == (error.source, error.problems, str(error))
+
+
+def test_policies_that_start_more_calls_are_handed_out_first(contended: Path) -> None:
+    """A race (two calls at once per step) before a cut (one): the long policies start first,
+    so no worker is left with a long one at the end; ties keep the run's order."""
+    spec = load_scenario(contended)
+    plan = RunPlan(spec, spec.seed, 10, ["cut", *POLICIES[1:]], resolve_specs(spec, spec.seed),
+                   {}, "all", "auto")  # fmt: skip
+    assert heaviest_first(plan) == ["race", "race_capped", "race_polite", "cut"]
