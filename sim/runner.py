@@ -195,7 +195,7 @@ def run(
 
     plan = RunPlan(scenario, seed, n, names, specs, expected, records, engine or scenario.engine)
     if executor == "inline":
-        context = plan.context()  # one draw bank: each policy reuses the draws of the last
+        context = plan.context()  # records all: one draw bank, each policy reuses the last's
         outcomes = [run_policy(context, name, progress, stop) for name in names]
     else:
         from sim.policy_pool import run_policies  # noqa: PLC0415 - executors on demand
@@ -229,9 +229,7 @@ class RunPlan:
         """The arrivals and the (lazy) draw bank of this run: the same in every process."""
         streams = Streams(self.seed, "main")
         arrivals = arrival_times(self.scenario.arrivals, self.n, streams.generator("arrivals"))
-        # summaries only: the event engine draws from blocks near the requests in flight
-        bank_class = CallDrawBank if self.records == ALL else WindowedDrawBank
-        bank = bank_class(streams.child("calls"), self.n)
+        bank = CallDrawBank(streams.child("calls"), self.n)
         return _RunContext(
             self, self.scenario, self.names, self.specs, streams, bank, arrivals,
             serving_latencies(self.scenario), self.expected,
@@ -359,10 +357,16 @@ class _RunContext:
         return self.simulation(name, policy).run(self.arrivals, tick, stop)
 
     def simulation(self, name: str, policy: Policy) -> Simulation:
-        """A fresh event-engine simulation of policy `name`, with its deadline rules."""
+        """A fresh event-engine simulation of policy `name`, with its deadline rules. Records
+        all: on the run's shared bank. Otherwise on a windowed bank of its own (blocks near the
+        requests in flight): that bank is for one pass over the requests in order, and shared, a
+        second policy's first blocks would count as stale and be drawn again on every use."""
         rules = rules_for(self.scenario, name, self.expected[name])
+        bank = self.bank
+        if self.plan.records != ALL:
+            bank = WindowedDrawBank(self.streams.child("calls"), self.plan.n)
         return Simulation(
-            self.scenario, policy, self.bank, self.streams, latencies=self.latencies, rules=rules
+            self.scenario, policy, bank, self.streams, latencies=self.latencies, rules=rules
         )
 
 
