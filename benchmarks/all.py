@@ -14,6 +14,10 @@ the test run.
   (engine only, as docs/performance.md states the target).
 - Sweep: the default 8-point sweep (`tailsim sweep`), `processes` on `--workers` workers against
   `inline` (benchmarks/sweep.py), summary.csv checked byte-identical. Target: >= 1.6x.
+- Contended run: `tailsim run scenarios/tpm-saturation.yaml -n 200000` (four policies, the
+  event engine only), `-e processes -w W` against inline (benchmarks/parallel_run.py), every
+  file checked byte-identical. Target: at most 0.6 of inline's time (a 1.67x speed-up).
+  `--run-requests 0` skips it (inline takes ~2-3 min).
 - Memory: peak RSS of `tailsim run --requests 1000000` on the default scenario, all five
   policies, summaries only (the default at that size), in a fresh process (benchmarks/memory.py).
   Target: under 1 GiB. `--memory-requests 0` skips it (it takes 2-3 min).
@@ -38,6 +42,7 @@ from pathlib import Path
 
 from engine import bare_simpy_rate, tailsim_rate
 from memory import peak_rss
+from parallel_run import compare
 from sweep import timed_sweep
 from vectorized import raw_numpy_seconds, vectorized_seconds
 
@@ -135,6 +140,22 @@ def sweep_rows(workers: int, repeat: int) -> tuple[list[tuple], bool]:
     return [row], same
 
 
+def parallel_run_rows(requests: int, workers: int) -> tuple[list[tuple], bool]:
+    """The contended run's row (runs per hour, inline as the baseline) and whether every file
+    was the same."""
+    walls, different = compare(requests, workers, 1, ["processes"])
+    inline, processes = walls["inline"][0], walls["processes"][0]
+    print(f"  contended run wall times, s: inline {inline:.1f}, processes {processes:.1f}")
+    row = (
+        f"run tpm-saturation {requests:,}, processes x{workers} vs inline, runs/h",
+        3600 / processes,
+        3600 / inline,
+        inline / processes,
+        1 / 0.6,
+    )
+    return [row], not different
+
+
 def memory_row(requests: int) -> list[tuple]:
     """The peak-RSS row (MiB, lower is better; the target is 1 GiB)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,6 +176,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7, help="paired repeats (median)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sweep-repeat", type=int, default=1)
+    parser.add_argument("--run-requests", type=int, default=200_000, help="0: skip")
     parser.add_argument("--memory-requests", type=int, default=1_000_000, help="0: skip")
     args = parser.parse_args()
     scenario = sim.load_scenario()  # the event engine is `Simulation` itself (engine="des")
@@ -164,6 +186,10 @@ def main() -> None:
     rows += vectorized_rows(scenario, args.vector_requests, args.repeat)
     sweep, same = sweep_rows(args.workers, args.sweep_repeat)
     rows += sweep
+    run_same = True
+    if args.run_requests:
+        contended, run_same = parallel_run_rows(args.run_requests, args.workers)
+        rows += contended
     if args.memory_requests:
         rows += memory_row(args.memory_requests)
     print(f"after:  {load()}; took {time.perf_counter() - started:.0f} s")
@@ -188,7 +214,8 @@ def main() -> None:
     print(
         "baselines: bare simpy (event engine), raw numpy (vectorized), inline (sweep), 1 GiB "
         "(memory); "
-        f"sweep summary.csv {'identical' if same else 'DIFFERENT'} on both executors"
+        f"sweep summary.csv {'identical' if same else 'DIFFERENT'} on both executors; "
+        f"contended run's files {'identical' if run_same else 'DIFFERENT'} on both"
     )
 
 

@@ -37,6 +37,7 @@ from sim.engine_choice import ENGINES
 from sim.errors import ScenarioError
 from sim.executors import EXECUTORS
 from sim.explain import breakdown_table, read_breakdown
+from sim.progress_lines import ProgressLines
 from sim.results import (
     FIGURE,
     check_writable,
@@ -131,6 +132,38 @@ def _simulation_options(default_out: str, figure: str) -> Callable[[Any], Any]:
     return apply
 
 
+def _executor_options(what: str) -> Callable[[Any], Any]:
+    """--executor, --workers and --scheduler: where `what` run."""
+
+    def apply(command: Any) -> Any:
+        options = [
+            click.option(
+                "--executor",
+                "-e",
+                type=click.Choice(EXECUTORS),
+                default="inline",
+                show_default=True,
+                help=f"Where {what} run: here, in local processes, or on dask.distributed.",
+            ),
+            click.option(
+                "--workers",
+                "-w",
+                type=click.IntRange(min=1),
+                help="Processes (processes, dask LocalCluster); default: the cores available.",
+            ),
+            click.option(
+                "--scheduler",
+                help="Address of an existing dask scheduler (tcp://host:8786); needs "
+                "--executor dask.",
+            ),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
 def _load(scenario: Path | None) -> tuple[str, Scenario]:
     """The scenario at `scenario` (the bundled default if None) and how to name its source."""
     source = str(scenario) if scenario is not None else str(default_scenario_path())
@@ -153,6 +186,7 @@ def _load(scenario: Path | None) -> tuple[str, Scenario]:
     "scenario.resolved.yaml, run.json and the figure, in memory that does not grow with "
     "calls). Default: all, or none when all would need more than 2 GiB.",
 )
+@_executor_options("policies")
 def run(
     scenario: Path | None,
     out_dir: Path | None,
@@ -164,8 +198,13 @@ def run(
     force: bool,
     engine: str | None,
     records: str | None,
+    executor: str,
+    workers: int | None,
+    scheduler: str | None,
 ) -> None:
-    """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them."""
+    """Run every policy of SCENARIO (default: the bundled ten-step scenario) and compare them.
+
+    With --executor processes or dask the policies run side by side, with the same results."""
     policies = _policy_names(policies)
     with bad_input_exits():
         source, spec = _load(scenario)
@@ -189,6 +228,9 @@ def run(
                 stop=stop,
                 engine=engine,
                 records=records,
+                executor=executor,
+                workers=workers,
+                scheduler=scheduler,
             )
         folder = write_results(
             result,
@@ -675,9 +717,13 @@ def check(scenario: Path) -> None:
 
 @contextmanager
 def _progress(names: list[str], n: int, quiet: bool) -> Iterator[Callable[[str, int], None] | None]:
-    """A progress bar per policy on stderr when it is a terminal, else nothing."""
-    if quiet or not err.is_terminal:
+    """A progress bar per policy on stderr when it is a terminal, else plain lines (each tenth
+    of a policy's requests, and every half minute while it moves)."""
+    if quiet:
         yield None
+        return
+    if not err.is_terminal:
+        yield ProgressLines(names, n, lambda line: err.print(line, markup=False, soft_wrap=True))
         return
     columns = (
         TextColumn("{task.description:>12}"),

@@ -13,6 +13,10 @@ class ScenarioError(Exception):
         self.problems = problems
         super().__init__(self.render())
 
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, list[tuple[str, str]]]]:
+        """Pickled by its parts, so it crosses to and from worker processes whole."""
+        return (type(self), (self.source, self.problems))
+
     def render(self) -> str:
         """A readable, multi-line message for people."""
         if len(self.problems) == 1 and not self.problems[0][0]:

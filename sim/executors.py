@@ -114,6 +114,34 @@ class Executor:
                 raise RuntimeError("use the dask Executor as a context manager")
             _run_dask(self._client, run_point, scenario, points, args, on_done)
 
+    @property
+    def client(self) -> Any:
+        """The dask client (None unless a dask executor is entered)."""
+        return self._client
+
+    def each(
+        self,
+        fn: Callable[..., Any],
+        scenario: Scenario,
+        items: Sequence[Any],
+        args: tuple[Any, ...],
+        on_done: Callable[[Any], None],
+    ) -> None:
+        """Run `fn(scenario, item, *args)` for every item (a run's policies, say) on this
+        executor; `on_done(result)` is called in this process as each one finishes. `fn` must
+        be importable by name (a module-level function) for processes and dask."""
+        if not items:
+            return
+        if self.kind == "inline":
+            for item in items:
+                on_done(fn(scenario, item, *args))
+        elif self.kind == "processes":
+            _run_processes(fn, scenario, items, args, self.workers, on_done)
+        else:
+            if self._client is None:
+                raise RuntimeError("use the dask Executor as a context manager")
+            _run_dask(self._client, fn, scenario, items, args, on_done)
+
 
 def _run_processes(
     fn: Callable[..., PointResult],

@@ -278,6 +278,8 @@ def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]
         "python": platform.python_version(),
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": {k: round(v, 3) for k, v in result.wall_s.items()},
+        "executor": result.executor,
+        "workers": result.workers,
         "engines": dict(result.engines),
         "records": result.records,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,9 @@ class RunResult:
     latency: dict[str, np.ndarray] = field(default_factory=dict)
     #: Without the calls table: the breakdown, aggregated while the run went.
     breakdown_table: pd.DataFrame | None = None
+    #: Where the policies ran (inline, processes, dask) and on how many workers (None: default).
+    executor: str = "inline"
+    workers: int | None = None
 
     @property
     def breakdown(self) -> pd.DataFrame:
@@ -149,6 +153,9 @@ def run(
     stop: Callable[[], bool] | None = None,
     engine: str | None = None,
     records: str | None = None,
+    executor: str = "inline",
+    workers: int | None = None,
+    scheduler: str | None = None,
 ) -> RunResult:
     """Simulate the chosen policies (all by default) and return their tables.
 
@@ -158,7 +165,9 @@ def run(
     tables to keep: all; requests (no calls table); none (summary, breakdown and latencies
     only, aggregated as the run goes, the vectorized engine a chunk of requests at a time, so
     memory does not grow with calls). Default: all, or none when all would not fit
-    (`sim.capacity.default_records`).
+    (`sim.capacity.default_records`). `executor` ('inline', 'processes' or 'dask', with
+    `workers` and a dask `scheduler` as for `sim.sweep`) runs the policies side by side: each
+    worker draws what this process would, so the tables are the same to the last bit.
     """
     n = scenario.requests if requests is None else requests
     if n < 1:
@@ -169,6 +178,10 @@ def run(
         records = default_records(scenario, n, names)
     if records not in RECORDS:
         raise ScenarioError(scenario.source, [("records", f"got {records!r}, allowed: {RECORDS}")])
+    if executor != "inline" or workers is not None or scheduler is not None:
+        from sim.executors import check_executor  # noqa: PLC0415 - only when asked for
+
+        check_executor(executor, workers, scheduler)
     check_fits(scenario, n, names, records=records)
 
     started = time.perf_counter()
@@ -180,64 +193,134 @@ def run(
     expected = resolve_expected(scenario, measured)
     wall = {"pilot": time.perf_counter() - started}
 
-    streams = Streams(seed, "main")
-    arrivals = arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
-    # summaries only: the event engine draws from blocks near the requests in flight
-    bank_class = CallDrawBank if records == ALL else WindowedDrawBank
-    bank = bank_class(streams.child("calls"), n)
-    latencies = serving_latencies(scenario)
-    steps = Workflow.from_scenario(scenario).steps
-    chosen = engine or scenario.engine
-    context = _RunContext(scenario, names, specs, streams, bank, arrivals, latencies, expected)
+    plan = RunPlan(scenario, seed, n, names, specs, expected, records, engine or scenario.engine)
+    if executor == "inline":
+        context = plan.context()  # records all: one draw bank, each policy reuses the last's
+        outcomes = [run_policy(context, name, progress, stop) for name in names]
+    else:
+        from sim.policy_pool import run_policies  # noqa: PLC0415 - executors on demand
+
+        outcomes = run_policies(plan, executor, workers, scheduler, progress, stop)
+    wall.update((o.name, o.wall_s) for o in outcomes)
+    thresholds = {name: thresholds[name] for name in names}
     if records != ALL:
-        return _run_tallied(context, records, chosen, thresholds, seed, n, wall, progress, stop)
-    request_tables, call_tables, action_tables = [], [], []
-    engines, notes = {}, {}
-    breaker_open: dict[str, float] = {}
-    for name in names:
-        began = time.perf_counter()
-        policy = build_resolved(name, specs[name], scenario, steps)
-        fast, notes[name] = vectorized_tables(scenario, policy, bank, arrivals, chosen, latencies)
-        engines[name] = DES if fast is None else VECTORIZED
-        if fast is not None:
-            breaker_open[name] = 0.0  # no controls: the vectorized engine never has a breaker
-            request_tables.append(fast.requests)
-            call_tables.append(fast.calls)
+        result = _tallied_result(plan, thresholds, wall, outcomes)
+    else:
+        result = _tables_result(plan, thresholds, wall, outcomes)
+    result.executor, result.workers = executor, workers
+    return result
+
+
+@dataclass
+class RunPlan:
+    """Everything one policy's share of a run depends on, small enough to send to a worker:
+    the pilot's results travel, the draws are made again from the seed (`context`)."""
+
+    scenario: Scenario
+    seed: int
+    n: int
+    names: list[str]
+    specs: dict
+    expected: dict
+    records: str
+    engine: str
+
+    def context(self) -> _RunContext:
+        """The arrivals and the (lazy) draw bank of this run: the same in every process."""
+        streams = Streams(self.seed, "main")
+        arrivals = arrival_times(self.scenario.arrivals, self.n, streams.generator("arrivals"))
+        bank = CallDrawBank(streams.child("calls"), self.n)
+        return _RunContext(
+            self, self.scenario, self.names, self.specs, streams, bank, arrivals,
+            serving_latencies(self.scenario), self.expected,
+            Workflow.from_scenario(self.scenario).steps,
+        )  # fmt: skip
+
+
+@dataclass
+class PolicyOutcome:
+    """One policy's share of a run, as `run` stacks it: its tables (records all), or its tally
+    and kept requests (the other records), and which engine ran it."""
+
+    name: str
+    engine: str
+    note: str
+    breaker_open_s: float
+    wall_s: float = 0.0
+    requests: pd.DataFrame | None = None
+    calls: pd.DataFrame | None = None
+    #: Tool steps' action records (event engine only).
+    actions: pd.DataFrame | None = None
+    tally: PolicyTally | None = None
+    #: Records "requests": the requests table, a chunk at a time.
+    kept: list[pd.DataFrame] = field(default_factory=list)
+
+
+def run_policy(
+    context: _RunContext,
+    name: str,
+    progress: Callable[[str, int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> PolicyOutcome:
+    """Policy `name` of the run, on the engine that gives its numbers (any process may)."""
+    began = time.perf_counter()
+    scenario = context.scenario
+    policy = build_resolved(name, context.specs[name], scenario, context.steps)
+    if context.plan.records != ALL:
+        outcome = _tallied_policy(context, name, policy, progress, stop)
+    else:
+        bank, arrivals, engine = context.bank, context.arrivals, context.plan.engine
+        fast, note = vectorized_tables(scenario, policy, bank, arrivals, engine, context.latencies)
+        if fast is not None:  # no controls: the vectorized engine never has a breaker
+            outcome = PolicyOutcome(name, VECTORIZED, note, 0.0, requests=fast.requests,
+                                    calls=fast.calls)  # fmt: skip
             if progress:
-                progress(name, n)
+                progress(name, context.plan.n)
             if stop is not None and stop():
                 raise KeyboardInterrupt
         else:
             records_ = context.simulate(name, policy, progress, stop)
-            breaker_open[name] = records_.breaker_open_s
-            request_tables.append(requests_frame(records_))
-            call_tables.append(calls_frame(records_))
-            action_tables.append(actions_frame(records_))
-        wall[name] = time.perf_counter() - began
-    requests_table = pd.concat(request_tables, ignore_index=True)
-    calls_table = pd.concat(call_tables, ignore_index=True)
+            outcome = PolicyOutcome(
+                name, DES, note, records_.breaker_open_s, requests=requests_frame(records_),
+                calls=calls_frame(records_), actions=actions_frame(records_),
+            )  # fmt: skip
+    outcome.wall_s = time.perf_counter() - began
+    return outcome
+
+
+def _tables_result(
+    plan: RunPlan,
+    thresholds: dict[str, dict[str, float]],
+    wall: dict[str, float],
+    outcomes: list[PolicyOutcome],
+) -> RunResult:
+    """The RunResult of a run that kept every table: the policies' tables stacked in order."""
+    scenario = plan.scenario
+    requests_table = pd.concat([o.requests for o in outcomes], ignore_index=True)
+    calls_table = pd.concat([o.calls for o in outcomes], ignore_index=True)
+    action_tables = [o.actions for o in outcomes if o.actions is not None]
     actions_table = pd.concat(action_tables, ignore_index=True) if action_tables else no_actions()
     counted_requests, counted_calls = after_warmup(requests_table, calls_table, scenario.warmup_s)
     counted_actions = _kept(actions_table, counted_requests)
     return RunResult(
         scenario=scenario,
-        seed=seed,
-        requests_count=n,
-        thresholds={name: thresholds[name] for name in names},
+        seed=plan.seed,
+        requests_count=plan.n,
+        thresholds=thresholds,
         summary=summarize(
             counted_requests,
             counted_calls,
             {m: spec.quality for m, spec in scenario.models.items()},
             tpm=tpm_quotas(scenario),
-            breaker_open=breaker_open,
+            breaker_open={o.name: o.breaker_open_s for o in outcomes},
             actions=counted_actions,
             first_signal_s=scenario.first_signal_s,
         ),
         requests=requests_table,
         calls=calls_table,
         wall_s=wall,
-        engines=engines,
-        engine_notes=notes,
+        engines={o.name: o.engine for o in outcomes},
+        engine_notes={o.name: o.note for o in outcomes},
         actions=actions_table,
     )
 
@@ -246,6 +329,7 @@ def run(
 class _RunContext:
     """What every policy of one run shares: the scenario, resolved specs, arrivals and draws."""
 
+    plan: RunPlan
     scenario: Scenario
     names: list[str]
     specs: dict
@@ -254,6 +338,12 @@ class _RunContext:
     arrivals: np.ndarray
     latencies: dict
     expected: dict
+    steps: list
+
+    @cached_property
+    def clocked(self) -> np.ndarray:
+        """The arrivals as the simulation clock sees them (the tallies' first sends)."""
+        return clock_arrivals(np.asarray(self.arrivals, dtype=float))
 
     def simulate(
         self,
@@ -267,69 +357,76 @@ class _RunContext:
         return self.simulation(name, policy).run(self.arrivals, tick, stop)
 
     def simulation(self, name: str, policy: Policy) -> Simulation:
-        """A fresh event-engine simulation of policy `name`, with its deadline rules."""
+        """A fresh event-engine simulation of policy `name`, with its deadline rules. Records
+        all: on the run's shared bank. Otherwise on a windowed bank of its own (blocks near the
+        requests in flight): that bank is for one pass over the requests in order, and shared, a
+        second policy's first blocks would count as stale and be drawn again on every use."""
         rules = rules_for(self.scenario, name, self.expected[name])
+        bank = self.bank
+        if self.plan.records != ALL:
+            bank = WindowedDrawBank(self.streams.child("calls"), self.plan.n)
         return Simulation(
-            self.scenario, policy, self.bank, self.streams, latencies=self.latencies, rules=rules
+            self.scenario, policy, bank, self.streams, latencies=self.latencies, rules=rules
         )
 
 
-def _run_tallied(
+def _tallied_policy(
     context: _RunContext,
-    records: str,
-    engine: str,
-    thresholds: dict[str, dict[str, float]],
-    seed: int,
-    n: int,
-    wall: dict[str, float],
+    name: str,
+    policy: Policy,
     progress: Callable[[str, int], None] | None,
     stop: Callable[[], bool] | None,
+) -> PolicyOutcome:
+    """One policy keeping only its tally (records none) or its requests table too (requests):
+    vectorized, a chunk of requests at a time, so memory does not grow with calls."""
+    scenario, records = context.scenario, context.plan.records
+    collector = _Collector(context, name, context.clocked, records, progress, stop)
+    note = vectorized_in_chunks(
+        scenario, policy, context.streams.child("calls"), context.clocked, context.plan.engine,
+        collector.feed, context.latencies,
+    )  # fmt: skip
+    breaker_open = 0.0
+    if note:  # the event engine, whole: start the tally again
+        why = f"policy '{name}' needs the event engine ({note}): "
+        check_fits(scenario, context.plan.n, [name], records=records, event_engine=True, why=why)
+        if progress and collector.fed:
+            progress(name, -collector.fed)  # its chunks are dropped: back to the start
+        collector = _Collector(context, name, context.clocked, records, progress, stop)
+        breaker_open = collector.simulate(policy)
+    engine = DES if note else VECTORIZED
+    return PolicyOutcome(name, engine, note, breaker_open, tally=collector.tally,
+                         kept=collector.requests)  # fmt: skip
+
+
+def _tallied_result(
+    plan: RunPlan,
+    thresholds: dict[str, dict[str, float]],
+    wall: dict[str, float],
+    outcomes: list[PolicyOutcome],
 ) -> RunResult:
-    """`run` keeping only summaries (`records` none) or the requests table too (`requests`):
-    vectorized policies run a chunk of requests at a time, so memory does not grow with calls."""
-    scenario = context.scenario
-    clocked = clock_arrivals(np.asarray(context.arrivals, dtype=float))
-    steps = Workflow.from_scenario(scenario).steps
-    tallies, kept, engines, notes, breaker_open = [], [], {}, {}, {}
-    for name in context.names:
-        began = time.perf_counter()
-        policy = build_resolved(name, context.specs[name], scenario, steps)
-        collector = _Collector(context, name, clocked, records, progress, stop)
-        notes[name] = vectorized_in_chunks(
-            scenario, policy, context.streams.child("calls"), clocked, engine, collector.feed,
-            context.latencies,
-        )  # fmt: skip
-        engines[name] = DES if notes[name] else VECTORIZED
-        breaker_open[name] = 0.0
-        if notes[name]:  # the event engine, whole: start the tally again
-            why = f"policy '{name}' needs the event engine ({notes[name]}): "
-            check_fits(scenario, n, [name], records=records, event_engine=True, why=why)
-            if progress and collector.fed:
-                progress(name, -collector.fed)  # its chunks are dropped: back to the start
-            collector = _Collector(context, name, clocked, records, progress, stop)
-            breaker_open[name] = collector.simulate(policy)
-        tallies.append(collector.tally)
-        kept += collector.requests
-        wall[name] = time.perf_counter() - began
+    """The RunResult of a run that kept summaries only (or the requests table too)."""
+    scenario = plan.scenario
+    tallies = [o.tally for o in outcomes if o.tally is not None]
     if any(not t.sums.get("runs") for t in tallies):
         raise ScenarioError(
             "warmup_s", [("", f"{scenario.warmup_s:g} s leaves no request to count: lower it")]
         )
+    kept = [part for o in outcomes for part in o.kept]
     requests_table = (
         pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=list(REQUEST_COLUMNS))
     )
     return RunResult(
         scenario=scenario,
-        seed=seed,
-        requests_count=n,
-        thresholds={name: thresholds[name] for name in context.names},
-        summary=tally_summary(tallies, breaker_open),
+        seed=plan.seed,
+        requests_count=plan.n,
+        thresholds=thresholds,
+        summary=tally_summary(tallies, {o.name: o.breaker_open_s for o in outcomes}),
         requests=requests_table,
         calls=pd.DataFrame(columns=list(CALL_COLUMNS)),
         wall_s=wall,
-        engines=engines,
-        engine_notes=notes,
-        records=records,
+        engines={o.name: o.engine for o in outcomes},
+        engine_notes={o.name: o.note for o in outcomes},
+        records=plan.records,
         latency={t.policy: t.latencies() for t in tallies},
         breakdown_table=tally_breakdown(tallies),
     )
