@@ -24,13 +24,13 @@ import numpy as np
 import simpy
 
 import sim
-from sim.arrivals import arrival_times
-from sim.engine import Simulation, serving_latencies
-from sim.metrics import calls_frame, requests_frame
-from sim.pilot import resolve_thresholds
-from sim.policies import build_policy
-from sim.streams import CallDrawBank, Streams
-from sim.workflow import Workflow
+from sim.analysis.metrics import calls_frame, requests_frame
+from sim.engine.simulation import Simulation, serving_latencies
+from sim.model.arrivals import arrival_times
+from sim.model.streams import CallDrawBank, Streams
+from sim.model.workflow import Workflow
+from sim.policy.kinds import build_policy
+from sim.study.pilot import resolve_thresholds
 
 
 def tailsim_rate(scenario: sim.Scenario, policy: str, n: int) -> tuple[int, float, float]:

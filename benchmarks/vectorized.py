@@ -18,14 +18,14 @@ import numpy as np
 from scipy.special import ndtri
 
 import sim
-from sim.arrivals import arrival_times
-from sim.engine import serving_latencies
-from sim.latency import LogNormal
-from sim.pilot import resolve_thresholds
-from sim.policies import build_policy
-from sim.streams import CallDrawBank, Streams
-from sim.vectorized import simulate, tables
-from sim.workflow import Workflow
+from sim.engine.simulation import serving_latencies
+from sim.engine.vectorized import simulate, tables
+from sim.model.arrivals import arrival_times
+from sim.model.latency import LogNormal
+from sim.model.streams import CallDrawBank, Streams
+from sim.model.workflow import Workflow
+from sim.policy.kinds import build_policy
+from sim.study.pilot import resolve_thresholds
 
 
 def vectorized_seconds(scenario: sim.Scenario, policy: str, n: int) -> tuple[float, float]:

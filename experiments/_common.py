@@ -12,7 +12,7 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from sim.scenario import scenario_from_dict
+from sim.model.scenario import scenario_from_dict
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

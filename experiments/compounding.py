@@ -30,8 +30,8 @@ import pandas as pd
 import seaborn as sns
 
 import sim
-from sim.analytic import chain_success, wilson_interval
-from sim.scenario import scenario_from_dict
+from sim.analysis.analytic import chain_success, wilson_interval
+from sim.model.scenario import scenario_from_dict
 
 CHAIN_LENGTHS = (1, 2, 5, 10, 15, 20)
 ERROR_RATE = 0.05

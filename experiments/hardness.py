@@ -21,7 +21,7 @@ from statistics import NormalDist
 import numpy as np
 
 import sim
-from sim.config import Scenario, StepSpec
+from sim.model.config import Scenario, StepSpec
 
 REPO = Path(__file__).resolve().parents[1]
 #: The models each policy's tries of a step use (read off the scenario's policies).

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 import sim
-from sim.scenario import scenario_from_dict
+from sim.model.scenario import scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 RACE = {"kind": "race", "attempts": 2, "retries": 2}

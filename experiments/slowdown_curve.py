@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 import sim
-from sim.conditions import slowdown_factor
-from sim.scenario import scenario_from_dict
+from sim.model.conditions import slowdown_factor
+from sim.model.scenario import scenario_from_dict
 
 SLOTS = 40
 RATES = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0)

@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 
 import sim
-from sim.arrivals import bursts
-from sim.storm_plots import save, storm_figure
-from sim.timeseries import recovery
+from sim.analysis.timeseries import recovery
+from sim.model.arrivals import bursts
+from sim.output.storm_plots import save, storm_figure
 
 REPO = Path(__file__).resolve().parents[1]
 

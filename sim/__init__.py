@@ -1,10 +1,10 @@
 """tailsim: will a multi-step LLM workflow meet its deadline, at what cost, and will it storm?"""
 
 from sim.api import report, sweep
-from sim.config import Scenario
-from sim.errors import ScenarioError
-from sim.runner import RunResult, run
-from sim.scenario import load_scenario
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.model.scenario import load_scenario
+from sim.study.runner import RunResult, run
 
 __all__ = [
     "RunResult",

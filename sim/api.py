@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sim.config import Scenario
-from sim.scenario import load_scenario, with_overrides
-from sim.sweep import SweepPoint, SweepResult, run_sweep, with_engine
+from sim.model.config import Scenario
+from sim.model.scenario import load_scenario, with_overrides
+from sim.study.sweep import SweepPoint, SweepResult, run_sweep, with_engine
 
 
 def sweep(
@@ -43,6 +43,6 @@ def sweep(
 
 def report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write folder/report.html (or `out`) for a run or sweep folder; returns its path."""
-    from sim.report_html import write_report  # noqa: PLC0415 - slow import, on demand
+    from sim.output.report_html import write_report  # noqa: PLC0415 - slow import, on demand
 
     return write_report(Path(folder), Path(out) if out is not None else None)

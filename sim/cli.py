@@ -31,14 +31,19 @@ from rich.progress import (
 from rich.table import Table
 
 import sim
-from sim.capacity import ALL, NONE, RECORDS, check_fits, default_records, estimated_bytes
-from sim.config import Scenario
-from sim.engine_choice import ENGINES
-from sim.errors import ScenarioError
-from sim.executors import EXECUTORS
-from sim.explain import breakdown_table, read_breakdown
-from sim.progress_lines import ProgressLines
-from sim.results import (
+from sim.analysis.capacity import ALL, NONE, RECORDS, check_fits, default_records, estimated_bytes
+from sim.engine.choice import ENGINES
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.model.scenario import (
+    default_scenario_path,
+    json_schema_text,
+    load_scenario,
+    with_overrides,
+)
+from sim.model.words import plural
+from sim.output.explain import breakdown_table, read_breakdown
+from sim.output.results import (
     FIGURE,
     check_writable,
     default_folder,
@@ -47,10 +52,10 @@ from sim.results import (
     write_results,
     write_stress_results,
 )
-from sim.runner import chosen_policies
-from sim.scenario import default_scenario_path, json_schema_text, load_scenario, with_overrides
-from sim.sweep import expand, with_engine
-from sim.words import plural
+from sim.study.executors import EXECUTORS
+from sim.study.progress_lines import ProgressLines
+from sim.study.runner import chosen_policies
+from sim.study.sweep import expand, with_engine
 
 EXIT_BAD_INPUT = 2
 #: Exit code after Ctrl-C, as shells report a command killed by SIGINT (128 + 2).
@@ -290,8 +295,8 @@ def sweep(
     """Run SCENARIO's `sweep:` grid x replications, every policy at every point.
 
     Each point is stored as it finishes; the same command again resumes an interrupted sweep."""
-    from sim.executors import Executor, WorkersLostError  # noqa: PLC0415
-    from sim.store import SweepStore, default_sweep_folder  # noqa: PLC0415
+    from sim.output.store import SweepStore, default_sweep_folder  # noqa: PLC0415
+    from sim.study.executors import Executor, WorkersLostError  # noqa: PLC0415
 
     with bad_input_exits():
         source, spec = _load(scenario)
@@ -461,7 +466,7 @@ def plot(folder: Path, svg: bool) -> None:
     result files into FOLDER/figures/."""
     with bad_input_exits():
         check_results_folder(folder)
-    from sim.plots import write_figures  # noqa: PLC0415 - slow import, on demand
+    from sim.output.plots import write_figures  # noqa: PLC0415 - slow import, on demand
 
     for path in write_figures(folder, svg=svg):
         out.print(f"figure: {path}", markup=False)
@@ -477,7 +482,7 @@ def report(folder: Path, out_file: Path | None) -> None:
     every figure (embedded), the breakdown, the resolved scenario and a plain-language reading."""
     with bad_input_exits():
         check_results_folder(folder)
-    from sim.report_html import write_report  # noqa: PLC0415 - slow import, on demand
+    from sim.output.report_html import write_report  # noqa: PLC0415 - slow import, on demand
 
     with bad_input_exits():
         path = write_report(folder, out_file)
@@ -486,7 +491,7 @@ def report(folder: Path, out_file: Path | None) -> None:
 
 def check_results_folder(folder: Path) -> None:
     """Refuse a folder that is not a finished run or sweep folder, naming what is expected."""
-    from sim.store import is_sweep_folder, read_sweep  # noqa: PLC0415
+    from sim.output.store import is_sweep_folder, read_sweep  # noqa: PLC0415
 
     if is_sweep_folder(folder):
         read_sweep(folder)  # refuses an unfinished sweep, saying how to finish it
@@ -546,7 +551,7 @@ def tune_command(
     quiet: bool,
 ) -> None:
     """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
-    from sim.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
+    from sim.study.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
 
     with bad_input_exits(), _tune_progress(quiet) as tick:
         outcome = run_tune(
@@ -648,8 +653,8 @@ def stress(
     """Find each policy's storm margin on SCENARIO: the largest burst (base rate x multiplier,
     held for a duration) after which its goodput is back to its pre-burst level within the
     recovery window."""
-    from sim.stress import StressPlan, default_plan, margins  # noqa: PLC0415
-    from sim.stress import stress as search  # noqa: PLC0415
+    from sim.study.stress import StressPlan, default_plan, margins  # noqa: PLC0415
+    from sim.study.stress import stress as search  # noqa: PLC0415
 
     with bad_input_exits():
         _source, spec = _load(scenario)
@@ -824,7 +829,7 @@ def validate(size: int | None, seed: int | None) -> None:
     # Imported here, not at the top, so the rest of the CLI starts without the checks' code.
     import time  # noqa: PLC0415
 
-    from sim.validation import (  # noqa: PLC0415
+    from sim.study.validation import (  # noqa: PLC0415
         DEFAULT_SEED,
         DEFAULT_SIZE,
         Z_TOLERANCE,
@@ -863,7 +868,7 @@ def validate(size: int | None, seed: int | None) -> None:
         out.print(r.describe(), style="bold red", markup=False, soft_wrap=True)
     out.print(
         f"{len(results) - len(failed)}/{len(results)} checks passed in {wall:.1f} s "
-        "(details: sim/validation.py)"
+        "(details: sim/study/validation.py)"
     )
     if failed:
         sys.exit(1)

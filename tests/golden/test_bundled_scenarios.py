@@ -37,7 +37,7 @@ from test_hardness_scenario import CHECKS as HARDNESS_CHECKS  # run at the golde
 from test_storm_scenarios import STORM_CHECKS  # run at their shipped size there
 
 import sim
-from sim.config import Scenario
+from sim.model.config import Scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
@@ -117,7 +117,7 @@ def _latencies(result: sim.RunResult, policy: str) -> np.ndarray:
 
 def _lognormal(median: float, p99: float) -> tuple[float, float]:
     """(mu, sigma) of the lognormal with this median and p99, from the stdlib normal (not from
-    sim.analytic), so the reference shares no code with the simulator."""
+    sim.analysis.analytic), so the reference shares no code with the simulator."""
     return math.log(median), math.log(p99 / median) / NormalDist().inv_cdf(0.99)
 
 
@@ -327,7 +327,8 @@ def default_orderings(result: sim.RunResult) -> None:
 
 
 def _trace_offsets(scenario: Scenario) -> np.ndarray:
-    """The trace's arrival offsets read afresh from the bundled CSV (not through sim.scenario)."""
+    """The trace's arrival offsets read afresh from the bundled CSV (not through
+    sim.model.scenario)."""
     path = REPO / "scenarios" / str(scenario.arrivals.file)
     stamps = pd.to_datetime(pd.read_csv(path)[scenario.arrivals.column])
     seconds = np.sort((stamps - stamps.min()).dt.total_seconds().to_numpy(float))

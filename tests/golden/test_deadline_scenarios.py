@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import sim
-from sim.pilot import step_latencies
+from sim.study.pilot import step_latencies
 
 REPO = Path(__file__).resolve().parents[2]
 #: Requests of the golden runs these checks are written for (test_bundled_scenarios.py's).

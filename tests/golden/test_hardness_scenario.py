@@ -20,7 +20,7 @@ from statistics import NormalDist
 import numpy as np
 
 import sim
-from sim.config import Scenario, StepSpec
+from sim.model.config import Scenario, StepSpec
 
 #: Half-width of the closed-form checks, in standard errors.
 Z = 4.0

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import sim
-from sim.arrivals import bursts
-from sim.timeseries import recovery
+from sim.analysis.timeseries import recovery
+from sim.model.arrivals import bursts
 
 REPO = Path(__file__).resolve().parents[2]
 #: Half-width of statistical checks, in standard errors.

@@ -7,7 +7,8 @@ keeps no example database, so a CI run explores the same examples every time; "d
 new ones on every run and remembers failures in .hypothesis/.
 
 The profiles are registered here but not loaded globally (hypothesis settings are global: loading
-one would also change how many examples the unit tests of sim.analytic run); the engine tests
+one would also change how many examples the unit tests of sim.analysis.analytic run); the engine
+tests
 pick theirs with `settings.get_profile(...)` and apply it test by test.
 """
 

@@ -25,9 +25,9 @@ from test_engine_properties import PROFILE, any_scenarios
 from test_vectorized_equivalence import qualifying_scenarios
 
 import sim
-from sim.config import Scenario
-from sim.errors import ScenarioError
-from sim.runner import RunResult
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.study.runner import RunResult
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((REPO / "scenarios").glob("*.yaml"))

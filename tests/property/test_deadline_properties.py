@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_engine_properties import EPS_S, PROFILE, build, policies, servings, workflows
 
 import sim
-from sim.config import Scenario
+from sim.model.config import Scenario
 
 
 @st.composite

@@ -6,7 +6,8 @@ is billed within what it asked for; no provider serves more calls at once than i
 are non-negative and add up from calls to requests to the summary; on an uncontended provider and
 under common random numbers a race (or a hedge) is never slower than its first attempt alone;
 with no deadline a retry never lowers the hit rate; the same seed gives the same numbers. (The
-p^n properties of sim.analytic live in tests/unit/test_analytic.py.) They run the event engine
+p^n properties of sim.analysis.analytic live in tests/unit/test_analytic.py.) They run the event
+engine
 (`engine="des"`); the vectorized engine is held to it request by request in
 tests/property/test_vectorized_equivalence.py.
 """
@@ -23,10 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim.config import Scenario
-from sim.provider import OUTCOMES
-from sim.runner import RunResult
-from sim.scenario import scenario_from_dict
+from sim.model.config import Scenario
+from sim.model.provider import OUTCOMES
+from sim.model.scenario import scenario_from_dict
+from sim.study.runner import RunResult
 
 # The profile registered in conftest.py: HYPOTHESIS_PROFILE, else "ci" (reproducible).
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")

@@ -22,17 +22,17 @@ from hypothesis import strategies as st
 from scipy.stats import ks_2samp
 
 import sim
-from sim.arrivals import arrival_times
-from sim.config import Scenario
-from sim.engine import Simulation
-from sim.metrics import calls_frame, requests_frame
-from sim.pilot import resolve_thresholds
-from sim.policies import build_policy
-from sim.qualify import qualifies
-from sim.scenario import scenario_from_dict
-from sim.streams import CallDrawBank, Streams
-from sim.vectorized import simulate, tables
-from sim.workflow import Workflow
+from sim.analysis.metrics import calls_frame, requests_frame
+from sim.engine.qualify import qualifies
+from sim.engine.simulation import Simulation
+from sim.engine.vectorized import simulate, tables
+from sim.model.arrivals import arrival_times
+from sim.model.config import Scenario
+from sim.model.scenario import scenario_from_dict
+from sim.model.streams import CallDrawBank, Streams
+from sim.model.workflow import Workflow
+from sim.policy.kinds import build_policy
+from sim.study.pilot import resolve_thresholds
 
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 RTOL = 1e-12

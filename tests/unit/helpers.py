@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.config import Scenario
-from sim.engine import Records, Simulation
-from sim.latency import ERROR, INVALID, OK, CallDraws, CallLatency
-from sim.metrics import calls_frame, requests_frame
-from sim.policies import build_policy
-from sim.scenario import scenario_from_dict
-from sim.streams import CallDrawBank, Streams
-from sim.workflow import Workflow
+from sim.analysis.metrics import calls_frame, requests_frame
+from sim.engine.simulation import Records, Simulation
+from sim.model.config import Scenario
+from sim.model.latency import ERROR, INVALID, OK, CallDraws, CallLatency
+from sim.model.scenario import scenario_from_dict
+from sim.model.streams import CallDrawBank, Streams
+from sim.model.workflow import Workflow
+from sim.policy.kinds import build_policy
 
 #: Prices of the default models, USD per token.
 BIG_IN, BIG_OUT = 1e-6, 2e-6

@@ -1,4 +1,4 @@
-"""Unit and property tests for the closed forms in sim.analytic."""
+"""Unit and property tests for the closed forms in sim.analysis.analytic."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.analytic import (
+from sim.analysis.analytic import (
     Z99,
     all_fail,
     batch_means_se,

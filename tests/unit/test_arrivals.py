@@ -1,4 +1,4 @@
-"""sim.arrivals: Poisson gaps, bursty long-run rate, trace replay with time_scale."""
+"""sim.model.arrivals: Poisson gaps, bursty long-run rate, trace replay with time_scale."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import scenario_dict
 
-from sim.arrivals import arrival_times
-from sim.config import ArrivalsSpec
-from sim.scenario import scenario_from_dict
+from sim.model.arrivals import arrival_times
+from sim.model.config import ArrivalsSpec
+from sim.model.scenario import scenario_from_dict
 
 
 def test_poisson_mean_gap_is_one_over_rate() -> None:

@@ -1,4 +1,4 @@
-"""sim.breakdown and the no-flattery rules: failures by reason and step, load per provider,
+"""sim.analysis.breakdown and the no-flattery rules: failures by reason and step, load per provider,
 and a policy that fails early never looks fast or cheap."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sim
-from sim.breakdown import ProviderLimits, breakdown, provider_limits
-from sim.capacity import NONE, check_fits, estimated_bytes
-from sim.errors import ScenarioError
-from sim.metrics import peak_window_sum
-from sim.scenario import load_scenario
+from sim.analysis.breakdown import ProviderLimits, breakdown, provider_limits
+from sim.analysis.capacity import NONE, check_fits, estimated_bytes
+from sim.analysis.metrics import peak_window_sum
+from sim.model.errors import ScenarioError
+from sim.model.scenario import load_scenario
 
 
 def _brute_peak(times: list[float], amounts: list[float], window: float) -> float:

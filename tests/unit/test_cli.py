@@ -22,8 +22,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
-import sim.capacity
-import sim.runner
+import sim.analysis.capacity
+import sim.study.runner
 from sim.cli import main
 
 ScenarioFile = Callable[..., Path]
@@ -410,8 +410,8 @@ def no_simulation(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return spy
 
-    monkeypatch.setattr(sim.runner, "step_latencies", refuse("the pilot"))
-    monkeypatch.setattr(sim.runner, "arrival_times", refuse("the arrivals"))
+    monkeypatch.setattr(sim.study.runner, "step_latencies", refuse("the pilot"))
+    monkeypatch.setattr(sim.study.runner, "arrival_times", refuse("the arrivals"))
     return started
 
 
@@ -490,7 +490,7 @@ def test_a_run_too_big_for_memory_stops_at_once_with_the_estimate(
 ) -> None:
     """Too big even for summaries only: one error saying so, exit 2, before any work; no notice
     that it would keep summaries only (it keeps nothing)."""
-    monkeypatch.setattr(sim.capacity, "available_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(sim.analysis.capacity, "available_bytes", lambda: 16 * 2**30)
     result = cli("run", contract_path, "-n", "2000000000")
     assert_exit(result, 2)
     assert no_simulation == []

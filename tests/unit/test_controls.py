@@ -1,4 +1,4 @@
-"""Load-aware controls (sim.controls): each control's law on its own, then in the engine on
+"""Load-aware controls (sim.policy.controls): each control's law on its own, then in the engine on
 scripted timelines, then the retry budget's bound over random failure rates (hypothesis)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config import AimdSpec, BreakerSpec, HedgeCapSpec, RetryBudgetSpec
-from sim.controls import Aimd, Breaker, HedgeCap, RetryBudget
-from sim.errors import ScenarioError
-from sim.scenario import scenario_from_dict
+from sim.model.config import AimdSpec, BreakerSpec, HedgeCapSpec, RetryBudgetSpec
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
+from sim.policy.controls import Aimd, Breaker, HedgeCap, RetryBudget
 from tests.unit.helpers import (
     ScriptedBank,
     build,

@@ -26,13 +26,13 @@ from helpers import (
 )
 
 import sim
-from sim.actions import CONFIRMED, PLANNED, UNKNOWN, actions_frame
-from sim.config import Scenario
-from sim.deadlines import rules_for
-from sim.errors import ScenarioError
-from sim.metrics import SUMMARY_METRICS, summarize
-from sim.perstep import effective_specs
-from sim.scenario import scenario_from_dict
+from sim.analysis.metrics import SUMMARY_METRICS, summarize
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
+from sim.policy.actions import CONFIRMED, PLANNED, UNKNOWN, actions_frame
+from sim.policy.deadlines import rules_for
+from sim.policy.perstep import effective_specs
 
 #: Slack for comparing simulated times.
 EPS = 1e-9

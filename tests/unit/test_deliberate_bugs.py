@@ -16,12 +16,12 @@ import pytest
 from helpers import ScriptedBank, build, error, ok, serving, simulate, step, timeline
 
 import sim
-from sim.arrivals import arrival_times
-from sim.config import Scenario
-from sim.engine import Simulation
-from sim.ratelimit import retry_after_header
-from sim.streams import Streams
-from sim.tune import tune
+from sim.engine.simulation import Simulation
+from sim.model.arrivals import arrival_times
+from sim.model.config import Scenario
+from sim.model.ratelimit import retry_after_header
+from sim.model.streams import Streams
+from sim.study.tune import tune
 
 #: TPM refilling 20 tokens a second: whole-second waits for 1100-token calls (module docstring).
 TPM = 1200

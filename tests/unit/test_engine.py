@@ -1,4 +1,5 @@
-"""sim.engine: requests, deadlines, cancellation, records; on the contract and on tiny scenarios."""
+"""sim.engine.simulation: requests, deadlines, cancellation, records; on the contract and on tiny
+scenarios."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from helpers import (
 )
 
 import sim
-from sim.config import Scenario
-from sim.metrics import summarize
-from sim.provider import OUTCOMES
+from sim.analysis.metrics import summarize
+from sim.model.config import Scenario
+from sim.model.provider import OUTCOMES
 
 N_CONTRACT = 600
 KEYS = ["policy", "request_id", "resend"]

@@ -14,8 +14,8 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from sim.overlap import ecdf_twins, point_twins
-from sim.plots import (
+from sim.output.overlap import ecdf_twins, point_twins
+from sim.output.plots import (
     _minor_label,
     dumbbell_figure,
     pareto_figure,
@@ -23,8 +23,8 @@ from sim.plots import (
     policy_comparison,
     strip_figure,
 )
-from sim.report_html import CAPTIONS
-from sim.storm_plots import stress_figure
+from sim.output.report_html import CAPTIONS
+from sim.output.storm_plots import stress_figure
 
 RETRY_STORM = ["retry", "budget", "breaker", "shed", "guarded"]
 

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 import sim
-from sim.aggregate import aggregate_replications
+from sim.analysis.aggregate import aggregate_replications
+from sim.analysis.reading import read_policies
 from sim.cli import main
-from sim.plots import folder_figures, pareto_frontier, policy_colors
-from sim.reading import read_policies
-from sim.scenario import scenario_from_dict
+from sim.model.scenario import scenario_from_dict
+from sim.output.plots import folder_figures, pareto_frontier, policy_colors
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_plot_draws_the_storm_when_a_time_series_exists(run_folder: Path, tmp_pa
             "tpm_used": 1000,
             "burst": np.tile(t >= 50, 2),
         }
-    )  # the columns timeseries.parquet has (sim.timeseries)
+    )  # the columns timeseries.parquet has (sim.analysis.timeseries)
     series.to_parquet(folder / "timeseries.parquet")
     result = CliRunner().invoke(main, ["plot", str(folder)])
     assert result.exit_code == 0, result.output

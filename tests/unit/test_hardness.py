@@ -23,12 +23,12 @@ from click.testing import CliRunner
 from helpers import scenario_dict, serving, step
 
 import sim
-import sim.engine_choice
-import sim.streams
-from sim.capacity import ALL, NONE
+import sim.engine.choice
+import sim.model.streams
+from sim.analysis.capacity import ALL, NONE
 from sim.cli import main
-from sim.errors import ScenarioError
-from sim.scenario import scenario_from_dict
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
 
 Z = 4.0
 H, P_EASY, P_HARD, Q_EASY, Q_HARD = 0.1, 0.05, 0.6, 0.02, 0.1
@@ -319,8 +319,8 @@ def test_summaries_only_give_the_numbers_of_one_pass(
     data["engine"] = engine
     scenario = scenario_from_dict(data)
     full = sim.run(scenario, requests=1000, records=ALL)
-    monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 170)  # many chunk boundaries
-    monkeypatch.setattr(sim.streams, "WINDOW_ROWS", 64)  # and many small blocks of draws
+    monkeypatch.setattr(sim.engine.choice, "CHUNK_REQUESTS", 170)  # many chunk boundaries
+    monkeypatch.setattr(sim.model.streams, "WINDOW_ROWS", 64)  # and many small blocks of draws
     tallied = sim.run(scenario, requests=1000, records=NONE)
     assert set(tallied.engines.values()) == {engine}
     pd.testing.assert_frame_equal(

@@ -1,4 +1,5 @@
-"""sim.latency: exact properties of each distribution, inverse-transform sampling, CallLatency."""
+"""sim.model.latency: exact properties of each distribution, inverse-transform sampling,
+CallLatency."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim.config import DistSpec, ServingSpec
-from sim.latency import (
+from sim.model.config import DistSpec, ServingSpec
+from sim.model.latency import (
     ERROR,
     INVALID,
     OK,

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 import sim
 from sim.cli import main
-from sim.errors import ScenarioError
-from sim.words import plural
+from sim.model.errors import ScenarioError
+from sim.model.words import plural
 
 ScenarioFile = Callable[..., Path]
 #: The repository (tests/unit/ is two folders down).
@@ -60,10 +60,10 @@ def test_a_bad_sweep_key_names_the_file_not_the_scenario(scenario_file: Scenario
 def test_an_overridden_scenario_still_names_its_file(scenario_file: ScenarioFile) -> None:
     path = scenario_file(name="base.yaml")
     scenario = sim.load_scenario(path)
-    overridden = sim.scenario.with_overrides(scenario, {"deadline_s": 60})
+    overridden = sim.model.scenario.with_overrides(scenario, {"deadline_s": 60})
     assert overridden.source == str(path)
     # built from a mapping there is no file: messages fall back on the scenario's name
-    assert sim.scenario.scenario_from_dict(scenario.model_dump()).source == scenario.name
+    assert sim.model.scenario.scenario_from_dict(scenario.model_dump()).source == scenario.name
 
 
 #: What a user of a clone does not have: another repository's files and tracker numbers.

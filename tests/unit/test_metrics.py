@@ -1,4 +1,4 @@
-"""sim.metrics: the summary of a hand-made requests/calls table, number by number."""
+"""sim.analysis.metrics: the summary of a hand-made requests/calls table, number by number."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.metrics import CALL_COLUMNS, REQUEST_COLUMNS, SUMMARY_METRICS, summarize
+from sim.analysis.metrics import CALL_COLUMNS, REQUEST_COLUMNS, SUMMARY_METRICS, summarize
 
 Z95 = 1.959963984540054
 
 
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval, written out independently of sim.analytic."""
+    """The Wilson score interval, written out independently of sim.analysis.analytic."""
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)

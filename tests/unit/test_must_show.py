@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 import sim
-from sim.tune import TUNED, run_tune
+from sim.study.tune import TUNED, run_tune
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,5 @@
-"""sim.perstep: per-step entries (names, overrides, whole policies, step maps) and their errors."""
+"""sim.policy.perstep: per-step entries (names, overrides, whole policies, step maps) and their
+errors."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import pytest
 from helpers import build, scenario_dict, step
 
 import sim
-from sim.config import CutPolicy, RacePolicy, WaitPolicy
-from sim.errors import ScenarioError
-from sim.perstep import effective_specs
-from sim.policies import PerStep, build_resolved
-from sim.scenario import scenario_from_dict
-from sim.workflow import Workflow
+from sim.model.config import CutPolicy, RacePolicy, WaitPolicy
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
+from sim.model.workflow import Workflow
+from sim.policy.kinds import PerStep, build_resolved
+from sim.policy.perstep import effective_specs
 
 STEPS = [step("a"), step("b", "a"), step("c", "b", required=False)]
 POLICIES = {

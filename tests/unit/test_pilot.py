@@ -1,4 +1,4 @@
-"""sim.pilot: 'pNN' thresholds measured on each step's successful calls in a pilot run."""
+"""sim.study.pilot: 'pNN' thresholds measured on each step's successful calls in a pilot run."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from helpers import build, serving, step
 from scipy import stats
 
-from sim.errors import ScenarioError
-from sim.latency import LogNormal
-from sim.pilot import needs_pilot, resolve_thresholds, step_latencies
+from sim.model.errors import ScenarioError
+from sim.model.latency import LogNormal
+from sim.study.pilot import needs_pilot, resolve_thresholds, step_latencies
 
 POLICIES = {
     "wait": {"kind": "wait", "timeout_s": 30},

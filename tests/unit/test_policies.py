@@ -1,4 +1,4 @@
-"""sim.policies: exact timelines of wait, cut, race, hedge and downshift on scripted calls.
+"""sim.policy.kinds: exact timelines of wait, cut, race, hedge and downshift on scripted calls.
 
 Every call here is scripted (first token, generation, outcome per step and attempt) and queue-free,
 so each timeline is known to the second. The scenario's default call is 1 s + 1 s = 2 s, ok.
@@ -21,9 +21,9 @@ from helpers import (
     timeline,
 )
 
-from sim.config import CutPolicy, HedgePolicy, RacePolicy, WaitPolicy
-from sim.policies import Attempt, Hedge, Race, Sequential, build_policy
-from sim.workflow import Workflow
+from sim.model.config import CutPolicy, HedgePolicy, RacePolicy, WaitPolicy
+from sim.model.workflow import Workflow
+from sim.policy.kinds import Attempt, Hedge, Race, Sequential, build_policy
 
 POLICIES = {
     "wait": {"kind": "wait", "retries": 2},

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 import sim
-from sim.config import RateLimitShareSpec, ShedSpec
-from sim.controls import RateLimitShare
-from sim.errors import ScenarioError
-from sim.scenario import scenario_from_dict
+from sim.model.config import RateLimitShareSpec, ShedSpec
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
+from sim.policy.controls import RateLimitShare
 from tests.unit.helpers import build, scenario_dict, serving, simulate
 
 REPO = Path(__file__).resolve().parents[2]

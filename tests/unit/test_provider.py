@@ -1,4 +1,5 @@
-"""sim.provider: a call's life on a tiny simpy environment (slots, 429s, cuts, cancels, bills)."""
+"""sim.model.provider: a call's life on a tiny simpy environment (slots, 429s, cuts, cancels,
+bills)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.config import ProviderSpec
-from sim.latency import ERROR, INVALID, OK, CallLatency, Constant
-from sim.provider import Call, Environment, Provider, Serving, Slots
+from sim.model.config import ProviderSpec
+from sim.model.latency import ERROR, INVALID, OK, CallLatency, Constant
+from sim.model.provider import Call, Environment, Provider, Serving, Slots
 
 PRICE_IN, PRICE_OUT = 1e-6, 2e-6  # USD per token
 IN_TOKENS, OUT_TOKENS = 1000, 100
@@ -362,7 +363,7 @@ class _ResourceSlots:
 
 
 class _PoolSlots:
-    """`sim.provider.Slots` behind the same interface."""
+    """`sim.model.provider.Slots` behind the same interface."""
 
     def __init__(self, env: simpy.Environment, capacity: int) -> None:
         self.slots = Slots(env, capacity)

@@ -1,4 +1,4 @@
-"""sim.ratelimit: token-bucket refill, all-or-nothing admission, Retry-After."""
+"""sim.model.ratelimit: token-bucket refill, all-or-nothing admission, Retry-After."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sim.ratelimit import Quota, TokenBucket
+from sim.model.ratelimit import Quota, TokenBucket
 
 
 def test_bucket_starts_full_and_refills_at_capacity_per_minute() -> None:

@@ -14,11 +14,11 @@ import pytest
 from helpers import ScriptedBank, error, scenario_dict, serving, simulate, step
 
 import sim
-from sim.backoff import backoff_wait, retry_wait
-from sim.config import BackoffSpec
-from sim.errors import ScenarioError
-from sim.ratelimit import MinuteWindow, Quota, TokenBucket, retry_after_header
-from sim.scenario import scenario_from_dict
+from sim.model.backoff import backoff_wait, retry_wait
+from sim.model.config import BackoffSpec
+from sim.model.errors import ScenarioError
+from sim.model.ratelimit import MinuteWindow, Quota, TokenBucket, retry_after_header
+from sim.model.scenario import scenario_from_dict
 
 LOGNORMAL_SERVING = {
     "ttft_s": {"median": 1.0, "p99": 3.0},
@@ -239,7 +239,7 @@ def test_sdk_retries_multiply_calls_and_are_counted_apart() -> None:
     assert list(calls["attempt"]) == [0] * 3 + [1] * 3 + [2] * 3
     # each call errors at 1 s; the SDK waits 0.5 then 1.0, the policy 1, 2
     assert list(calls["start_s"]) == pytest.approx([0, 1.5, 3.5, 5.5, 7, 9, 12, 13.5, 15.5])
-    summary = sim.metrics.summarize(result.requests, calls)
+    summary = sim.analysis.metrics.summarize(result.requests, calls)
     assert summary["sdk_retries_per_request"].iloc[0] == 6
     assert summary["calls_per_request"].iloc[0] == 9
     assert summary["extra_attempts_per_request"].iloc[0] == 8

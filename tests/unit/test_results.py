@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 import sim
-import sim.results
-from sim.errors import ScenarioError
-from sim.results import (
+import sim.output.results
+from sim.model.errors import ScenarioError
+from sim.model.scenario import load_scenario, scenario_from_dict
+from sim.output.results import (
     FIGURE,
     RESULT_FILES,
     check_writable,
@@ -25,8 +26,7 @@ from sim.results import (
     run_metadata,
     write_results,
 )
-from sim.runner import RunResult
-from sim.scenario import load_scenario, scenario_from_dict
+from sim.study.runner import RunResult
 
 STAMP = re.compile(r"^\d{8}T\d{6}Z$")
 
@@ -64,7 +64,7 @@ def test_default_folder_is_results_name_timestamp() -> None:
 def test_default_folder_never_reuses_an_existing_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sim.results, "datetime", _FrozenClock)
+    monkeypatch.setattr(sim.output.results, "datetime", _FrozenClock)
     names = []
     for _ in range(3):
         folder = claim_folder(default_folder("demo", root=tmp_path))

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import yaml
 
-from sim.config import Scenario
-from sim.errors import ScenarioError
-from sim.scenario import (
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.model.scenario import (
     default_scenario_path,
     json_schema,
     json_schema_text,

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.arrivals import arrival_times, bursts
-from sim.config import ArrivalsSpec
-from sim.metrics import SUMMARY_METRICS, peak_tpm_share, summarize
-from sim.timeseries import TIMESERIES_COLUMNS, recovery, timeseries
+from sim.analysis.metrics import SUMMARY_METRICS, peak_tpm_share, summarize
+from sim.analysis.timeseries import TIMESERIES_COLUMNS, recovery, timeseries
+from sim.model.arrivals import arrival_times, bursts
+from sim.model.config import ArrivalsSpec
 from tests.unit.helpers import build, simulate
 
 

@@ -1,12 +1,12 @@
-"""sim.streams: named random streams and the per-call draw bank (common random numbers)."""
+"""sim.model.streams: named random streams and the per-call draw bank (common random numbers)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sim.latency import UNIFORMS_PER_CALL, CallLatency, Constant, Exponential
-from sim.streams import CallDrawBank, Streams
+from sim.model.latency import UNIFORMS_PER_CALL, CallLatency, Constant, Exponential
+from sim.model.streams import CallDrawBank, Streams
 
 
 def _draws(streams: Streams, *key: str | int, n: int = 8) -> np.ndarray:

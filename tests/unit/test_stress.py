@@ -1,4 +1,4 @@
-"""`tailsim stress` and sim.stress: bursts built on common random numbers, the margin search,
+"""`tailsim stress` and sim.study.stress: bursts built on common random numbers, the margin search,
 and the command's table, files and refusals."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pandas as pd
 from click.testing import CliRunner
 
 import sim
-from sim.arrivals import arrival_times
 from sim.cli import main
-from sim.streams import Streams
-from sim.stress import burst_scenario, margins
+from sim.model.arrivals import arrival_times
+from sim.model.streams import Streams
+from sim.study.stress import burst_scenario, margins
 
 REPO = Path(__file__).resolve().parents[2]
 STORM = REPO / "scenarios" / "retry-storm.yaml"

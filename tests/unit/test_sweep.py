@@ -1,4 +1,5 @@
-"""sim.sweep: grid expansion, replication seeds, stacked results, and the `tailsim sweep` face."""
+"""sim.study.sweep: grid expansion, replication seeds, stacked results, and the `tailsim sweep`
+face."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from click.testing import CliRunner
 
 import sim
 from sim.cli import main
-from sim.errors import ScenarioError
-from sim.scenario import scenario_from_dict, with_overrides
-from sim.sweep import expand, replication_seed, run_sweep
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict, with_overrides
+from sim.study.sweep import expand, replication_seed, run_sweep
 
 
 def swept(contract_data: dict[str, Any], grid: dict[str, list[Any]], reps: int) -> sim.Scenario:

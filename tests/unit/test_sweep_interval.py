@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 import sim
-from sim.aggregate import aggregate_replications, hit_rate_interval, wilson_score
-from sim.analytic import wilson_interval
-from sim.scenario import scenario_from_dict
+from sim.analysis.aggregate import aggregate_replications, hit_rate_interval, wilson_score
+from sim.analysis.analytic import wilson_interval
+from sim.model.scenario import scenario_from_dict
 
 
 def _width(lo: float, hi: float) -> float:

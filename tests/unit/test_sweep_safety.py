@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from sim import executors
 from sim.cli import main
-from sim.scenario import load_scenario, with_overrides
-from sim.store import PARTS, SweepStore, fingerprint
-from sim.sweep import expand, run_point
+from sim.model.scenario import load_scenario, with_overrides
+from sim.output.store import PARTS, SweepStore, fingerprint
+from sim.study import executors
+from sim.study.sweep import expand, run_point
 
 #: Generous bound on waiting for an event; reached only if something hangs.
 SAFETY_S = 240.0
@@ -294,7 +294,7 @@ def test_a_script_without_a_main_guard_gets_one_line_naming_the_guard(
     )
     assert ended.returncode == 1
     last = ended.stderr.strip().splitlines()[-1]
-    assert last.startswith("sim.executors.WorkersLostError: executor 'processes': ")
+    assert last.startswith("sim.study.executors.WorkersLostError: executor 'processes': ")
     assert f"re-ran {script}" in last
     assert 'if __name__ == "__main__":' in last
     assert ended.stderr.count("Traceback") == 1  # the script's own; the workers leave quietly

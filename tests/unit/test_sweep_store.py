@@ -19,11 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 import sim
-from sim import executors
 from sim.cli import main
-from sim.errors import ScenarioError
-from sim.scenario import scenario_from_dict
-from sim.sweep import expand, replication_seed
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
+from sim.study import executors
+from sim.study.sweep import expand, replication_seed
 
 TABLES = ("summary.csv", "replications.csv")
 #: Wall-time bound on a child process: only a hang reaches it, never a loaded machine.

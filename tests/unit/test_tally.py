@@ -22,16 +22,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim
-import sim.engine_choice
-import sim.streams
-from sim.capacity import ALL, NONE, REQUESTS, default_records
-from sim.engine import serving_latencies
-from sim.errors import ScenarioError
-from sim.metrics import peak_window_sum
-from sim.qualify import LimitWatch, limit_that_binds
-from sim.scenario import load_scenario, with_overrides
-from sim.streams import CallDrawBank, Streams, WindowedDrawBank
-from sim.tally import PeakWindow, SettledRuns
+import sim.engine.choice
+import sim.model.streams
+from sim.analysis.capacity import ALL, NONE, REQUESTS, default_records
+from sim.analysis.metrics import peak_window_sum
+from sim.engine.qualify import LimitWatch, limit_that_binds
+from sim.engine.simulation import serving_latencies
+from sim.engine.tally import PeakWindow, SettledRuns
+from sim.model.errors import ScenarioError
+from sim.model.scenario import load_scenario, with_overrides
+from sim.model.streams import CallDrawBank, Streams, WindowedDrawBank
 from tests.unit.helpers import build, serving
 from tests.unit.test_cli import assert_exit, cli
 
@@ -207,9 +207,9 @@ def test_summaries_only_give_the_numbers_of_every_table(
 ) -> None:
     scenario = with_overrides(load_scenario(SCENARIOS / name), overrides)
     full = sim.run(scenario, requests=requests, records=ALL)
-    monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 170)  # many chunk boundaries
+    monkeypatch.setattr(sim.engine.choice, "CHUNK_REQUESTS", 170)  # many chunk boundaries
     monkeypatch.setattr(SettledRuns, "EVERY_CALLS", 300)  # flush event-engine runs often
-    monkeypatch.setattr(sim.streams, "WINDOW_ROWS", 64)  # and draw from many small blocks
+    monkeypatch.setattr(sim.model.streams, "WINDOW_ROWS", 64)  # and draw from many small blocks
     flushed: list[int] = []
     check = SettledRuns.check
 
@@ -235,7 +235,7 @@ def test_summaries_only_give_the_numbers_of_every_table(
 def test_records_requests_keeps_the_requests_table_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     scenario = load_scenario(SCENARIOS / "default.yaml")
     full = sim.run(scenario, requests=900, policies=["wait", "race"], records=ALL)
-    monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 250)
+    monkeypatch.setattr(sim.engine.choice, "CHUNK_REQUESTS", 250)
     kept = sim.run(scenario, requests=900, policies=["wait", "race"], records=REQUESTS)
     pd.testing.assert_frame_equal(full.requests, kept.requests)
     assert kept.calls.empty
@@ -259,7 +259,7 @@ def test_a_big_run_keeps_summaries_by_default(monkeypatch: pytest.MonkeyPatch) -
     scenario = load_scenario(SCENARIOS / "default.yaml")
     assert default_records(scenario, 1000, ["wait"]) == ALL
     assert default_records(scenario, 1_000_000, list(scenario.policies)) == NONE
-    monkeypatch.setattr(sim.capacity, "AUTO_ALL_BYTES", 1)
+    monkeypatch.setattr(sim.analysis.capacity, "AUTO_ALL_BYTES", 1)
     assert sim.run(scenario, requests=200, policies=["wait"]).records == NONE
 
 
@@ -289,7 +289,7 @@ def test_the_cli_writes_summaries_only_and_says_so(
     assert_exit(refused, 2)
     assert "--records none" in refused.stderr
     # without --records, a run too big for every table keeps summaries and says why
-    monkeypatch.setattr(sim.capacity, "AUTO_ALL_BYTES", 1)
+    monkeypatch.setattr(sim.analysis.capacity, "AUTO_ALL_BYTES", 1)
     noticed = cli("run", "--requests", "300", "-p", "wait", "--out", tmp_path / "auto", "-q")
     assert_exit(noticed, 0)
     assert "keeps summaries only" in noticed.stderr
@@ -301,7 +301,7 @@ def test_the_summaries_only_notice_lists_exactly_the_files_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plot: bool
 ) -> None:
     """The automatic switch names the files the run then writes: no figure with --no-plot."""
-    monkeypatch.setattr(sim.capacity, "AUTO_ALL_BYTES", 1)
+    monkeypatch.setattr(sim.analysis.capacity, "AUTO_ALL_BYTES", 1)
     out = tmp_path / "auto"
     flags = [] if plot else ["--no-plot"]
     result = cli("run", "--requests", "60", "-p", "wait", "--out", out, "-q", *flags)
@@ -329,7 +329,7 @@ def test_each_policy_of_a_summaries_only_run_draws_its_blocks_once(
     """The policies of a run share one windowed bank, each from the first request again: a
     policy draws the blocks it draws alone. (Without `rewind` every later policy took its blocks
     for a late re-send's and drew one again at almost every use: 9x slower at 30,000 requests.)"""
-    monkeypatch.setattr(sim.streams, "WINDOW_ROWS", 64)  # 16 blocks, 4 kept
+    monkeypatch.setattr(sim.model.streams, "WINDOW_ROWS", 64)  # 16 blocks, 4 kept
     scenario = load_scenario(SCENARIOS / "tpm-saturation.yaml")  # the event engine: quotas
     block = WindowedDrawBank._block
     drawn = [0]
@@ -385,7 +385,7 @@ def test_chunks_of_the_real_size_give_the_numbers_of_one_pass(
     need, like wait's third attempt, is drawn row by row): each chunk must draw its own rows."""
     scenario = load_scenario(SCENARIOS / "default.yaml")
     full = sim.run(scenario, requests=24_000, policies=["wait"], records=ALL)
-    monkeypatch.setattr(sim.engine_choice, "CHUNK_REQUESTS", 8_000)
+    monkeypatch.setattr(sim.engine.choice, "CHUNK_REQUESTS", 8_000)
     tallied = sim.run(scenario, requests=24_000, policies=["wait"], records=NONE)
     _assert_same_tables(full.summary, tallied.summary)
     _assert_same_tables(full.breakdown, tallied.breakdown)

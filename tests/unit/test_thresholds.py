@@ -13,11 +13,11 @@ from click.testing import CliRunner
 
 import sim
 from sim.cli import main
-from sim.deadlines import admission_needs_pilot, resolve_expected, rules_for
-from sim.errors import ScenarioError
-from sim.pilot import resolve_specs, step_latencies
-from sim.scenario import scenario_from_dict
-from sim.thresholds import multiple_of, parse_threshold, percentile_of
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
+from sim.model.thresholds import multiple_of, parse_threshold, percentile_of
+from sim.policy.deadlines import admission_needs_pilot, resolve_expected, rules_for
+from sim.study.pilot import resolve_specs, step_latencies
 from tests.unit.helpers import ScriptedBank, build, ok, scenario_dict, simulate, step
 
 # ----------------------------------------------------------------------------- K x pNN

@@ -24,11 +24,11 @@ from helpers import scenario_dict
 
 import sim
 from sim.cli import main
-from sim.config import PolicySpec, Scenario
-from sim.errors import ScenarioError
-from sim.pilot import step_latencies
-from sim.scenario import scenario_from_dict
-from sim.tune import TUNED, run_tune
+from sim.model.config import PolicySpec, Scenario
+from sim.model.errors import ScenarioError
+from sim.model.scenario import scenario_from_dict
+from sim.study.pilot import step_latencies
+from sim.study.tune import TUNED, run_tune
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL_RESEND = REPO / "scenarios" / "tool-resend.yaml"

@@ -1,4 +1,4 @@
-"""sim.tune: the search, the file it writes, and the CLI command (small and fast)."""
+"""sim.study.tune: the search, the file it writes, and the CLI command (small and fast)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from helpers import build, step
 
 import sim
 from sim.cli import main
-from sim.config import AdaptivePolicy
-from sim.perstep import effective_specs
-from sim.tune import TUNED, Evaluator, Knobs, policy_mapping, run_tune, search_seed, tune
+from sim.model.config import AdaptivePolicy
+from sim.policy.perstep import effective_specs
+from sim.study.tune import TUNED, Evaluator, Knobs, policy_mapping, run_tune, search_seed, tune
 
 REPO = Path(__file__).resolve().parents[2]
 FLOOR = REPO / "scenarios" / "quality-floor.yaml"

@@ -22,21 +22,21 @@ from click.testing import CliRunner
 from helpers import build, scenario_dict, serving, step
 
 import sim
-from sim import qualify
-from sim.arrivals import arrival_times
+from sim.analysis.metrics import calls_frame, requests_frame
 from sim.cli import main
-from sim.config import Scenario
-from sim.engine import Simulation
-from sim.engine_choice import vectorized_tables
-from sim.errors import ScenarioError
-from sim.metrics import calls_frame, requests_frame
-from sim.pilot import resolve_thresholds
-from sim.policies import Sequential, build_policy
-from sim.ratelimit import Quota
-from sim.scenario import scenario_from_dict
-from sim.streams import CallDrawBank, Streams
-from sim.vectorized import VectorizedSimulation, simulate, tables
-from sim.workflow import Workflow
+from sim.engine import qualify
+from sim.engine.choice import vectorized_tables
+from sim.engine.simulation import Simulation
+from sim.engine.vectorized import VectorizedSimulation, simulate, tables
+from sim.model.arrivals import arrival_times
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.model.ratelimit import Quota
+from sim.model.scenario import scenario_from_dict
+from sim.model.streams import CallDrawBank, Streams
+from sim.model.workflow import Workflow
+from sim.policy.kinds import Sequential, build_policy
+from sim.study.pilot import resolve_thresholds
 
 RTOL = 1e-12
 EXACT_REQUEST_COLUMNS = [
@@ -417,7 +417,7 @@ def test_forcing_des_runs_the_event_engine_with_the_same_numbers() -> None:
 
 def test_the_quota_check_agrees_with_replaying_the_buckets() -> None:
     """On random call sequences, the closed-form check says "never refuses" only if replaying
-    `sim.ratelimit.Quota` admits every call, and it is rarely more careful than that (only
+    `sim.model.ratelimit.Quota` admits every call, and it is rarely more careful than that (only
     within its rounding margin of an empty bucket)."""
     rng = np.random.default_rng(5)
     stricter = 0

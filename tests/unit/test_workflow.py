@@ -1,10 +1,10 @@
-"""sim.workflow: the compiled DAG (roots, unlocks, downstream) and how the engine walks it."""
+"""sim.model.workflow: the compiled DAG (roots, unlocks, downstream) and how the engine walks it."""
 
 from __future__ import annotations
 
 from helpers import ScriptedBank, build, ok, serving, simulate, step, timeline
 
-from sim.workflow import Workflow
+from sim.model.workflow import Workflow
 
 DIAMOND = [step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from sim.validation import CHECKS, DEFAULT_SEED, DEFAULT_SIZE, Z_TOLERANCE, CheckResult
+from sim.study.validation import CHECKS, DEFAULT_SEED, DEFAULT_SIZE, Z_TOLERANCE, CheckResult
 
 
 def _id(check: Callable[[int, int], list[CheckResult]]) -> str:

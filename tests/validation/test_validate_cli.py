@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-import sim.validation
+import sim.study.validation
 from sim.cli import main
-from sim.validation import CheckResult
+from sim.study.validation import CheckResult
 
 PASS = CheckResult("always inside", 1.0, 1.01, 0.9, 1.1, True, "fixed")
 FAIL = CheckResult("far outside", 1.0, 2.0, 0.9, 1.1, False, "fixed")
@@ -27,7 +27,7 @@ def test_validate_prints_the_table_and_exits_nonzero_on_a_fail(
         seen.update(size=size, seed=seed)
         return results
 
-    monkeypatch.setattr(sim.validation, "run_checks", fake_run_checks)
+    monkeypatch.setattr(sim.study.validation, "run_checks", fake_run_checks)
     outcome = CliRunner().invoke(main, ["validate", "--size", "1000", "--seed", "3"])
     assert outcome.exit_code == code, outcome.output
     assert seen == {"size": 1000, "seed": 3}

@@ -1,0 +1,163 @@
+"""Which engine runs a policy: the vectorized one where it gives the event engine's numbers.
+
+`vectorized_tables` is the runner's hook: under `engine: auto` it returns the vectorized tables
+when the policy run qualifies (`sim.engine.qualify.qualifies`) and no provider limit would have
+bound
+on the computed calls, else None with the reason (the event engine then runs it); under
+`engine: vectorized` a run that does not qualify is a `ScenarioError` naming why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from sim.engine.qualify import LimitWatch, limit_that_binds, qualifies
+from sim.engine.vectorized import UnsupportedError, VectorTables, simulate, tables
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.model.latency import CallLatency
+from sim.model.streams import CallDrawBank, Streams
+from sim.policy.kinds import Hedge, PerStep, Policy, Race, Sequential
+
+ENGINES = ("auto", "des", "vectorized")
+#: Requests per chunk when the vectorized engine runs in constant memory (~250 MB at peak).
+CHUNK_REQUESTS = 10_000
+#: Names of the engines as reported (RunResult.engines, run.json, the printed line).
+DES, VECTORIZED = "des", "vectorized"
+
+
+def vectorized_tables(
+    scenario: Scenario,
+    policy: Policy,
+    bank: CallDrawBank,
+    arrivals: np.ndarray,
+    engine: str,
+    latencies: dict[tuple[str, str], CallLatency] | None = None,
+) -> tuple[VectorTables | None, str]:
+    """(tables, "") from the vectorized engine, or (None, why it did not run)."""
+    if engine not in ENGINES:
+        raise ScenarioError(scenario.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
+    if engine == DES:
+        return None, "engine: des"
+    policy = single_policy(policy)
+    usable, reason = qualifies(scenario, policy)
+    if usable:
+        try:
+            runs, calls = simulate(scenario, policy, bank, arrivals, latencies=latencies)
+        except UnsupportedError as exc:
+            reason = str(exc)
+        else:
+            binds = limit_that_binds(
+                scenario, calls.provider, calls.start, calls.end, calls.quota_tokens
+            )
+            if binds is None:
+                return tables(scenario, policy.name, runs, calls), ""
+            reason = binds
+    if engine == VECTORIZED:
+        raise ScenarioError(
+            scenario.source,
+            [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
+        )
+    return None, reason
+
+
+def vectorized_in_chunks(
+    scenario: Scenario,
+    policy: Policy,
+    call_streams: Streams,
+    arrivals: np.ndarray,
+    engine: str,
+    feed: Callable[[VectorTables, float], None],
+    latencies: dict[tuple[str, str], CallLatency] | None = None,
+    chunk: int | None = None,
+) -> str:
+    """Run `policy` vectorized `chunk` requests at a time, handing each chunk's tables (request
+    ids counted over all requests) to `feed(tables, horizon)`, where no later chunk has a call
+    starting before `horizon`. Returns "" if it ran to the end, else why not: then the caller
+    must drop what it was fed and use the event engine. `arrivals` are as the clock saw them
+    (`clock_arrivals`); each chunk draws its own rows of the same streams (`CallDrawBank`'s
+    `first`), so the numbers are those of one run over all requests."""
+    if engine not in ENGINES:
+        raise ScenarioError(scenario.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
+    if engine == DES:
+        return "engine: des"
+    policy = single_policy(policy)
+    usable, reason = qualifies(scenario, policy)
+    if usable:
+        size = chunk or CHUNK_REQUESTS
+        reason = _chunks(scenario, policy, call_streams, arrivals, feed, latencies, size) or ""
+        if not reason:
+            return ""
+    if engine == VECTORIZED:
+        raise ScenarioError(
+            scenario.source,
+            [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
+        )
+    return reason
+
+
+def _chunks(
+    scenario: Scenario,
+    policy: Policy,
+    call_streams: Streams,
+    arrivals: np.ndarray,
+    feed: Callable[[VectorTables, float], None],
+    latencies: dict[tuple[str, str], CallLatency] | None,
+    chunk: int,
+) -> str | None:
+    """`vectorized_in_chunks`' loop: None if every chunk ran and no limit binds, else why."""
+    watch, n = LimitWatch(scenario), len(arrivals)
+    for first in range(0, n, chunk):
+        last = min(n, first + chunk)
+        bank = CallDrawBank(call_streams, last - first, first)
+        try:
+            runs, calls = simulate(
+                scenario, policy, bank, arrivals[first:last], latencies=latencies, clocked=True
+            )
+        except UnsupportedError as exc:
+            return str(exc)
+        horizon = float(arrivals[last]) if last < n else math.inf
+        binds = watch.add(calls.provider, calls.start, calls.end, calls.quota_tokens, horizon)
+        if binds:
+            return binds
+        part = tables(scenario, policy.name, runs, calls)
+        if first:
+            part.requests["request_id"] += first
+            part.calls["request_id"] += first
+        feed(part, horizon)
+    return watch.finish()
+
+
+def single_policy(policy: Policy) -> Policy:
+    """A per-step policy whose steps all run the same class with the same settings (a cutoff
+    resolved to different seconds per step makes one) as one policy of that class with every
+    step's plans; anything else as it is."""
+    if not isinstance(policy, PerStep):
+        return policy
+    flat = _merged(policy)
+    if flat is not policy:
+        flat.controls = policy.controls
+    return flat
+
+
+def _merged(policy: PerStep) -> Policy:
+    """`single_policy` of a PerStep (without its controls)."""
+    members = list(dict.fromkeys(policy.by_step.values()))
+    kinds = {type(m) for m in members}
+    if len(kinds) != 1:
+        return policy
+    kind, first = kinds.pop(), members[0]
+    if kind is Sequential and all(m.backoff == first.backoff for m in members):  # type: ignore[attr-defined]
+        plans = {s: m.plans[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
+        return Sequential(policy.name, plans, first.backoff)  # type: ignore[attr-defined]
+    if kind is Race and all(m.backoff == first.backoff for m in members):  # type: ignore[attr-defined]
+        rounds = {s: m.rounds[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
+        return Race(policy.name, rounds, first.backoff)  # type: ignore[attr-defined]
+    if kind is Hedge:
+        plans = {s: m.plans[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
+        after = {s: m.after[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
+        return Hedge(policy.name, plans, after)
+    return policy

@@ -1,0 +1,219 @@
+"""Latency distributions that carry their exact properties beside their sampling.
+
+Every distribution samples by inverse transform from uniforms, so the engine can draw one block
+of uniforms per (request, step, attempt) and reuse it across policies (common random numbers),
+and tests can compare what the engine saw against `cdf` / `sf` / `quantile`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from sim.analysis.analytic import lognormal_params
+from sim.model.config import DistSpec, ServingSpec
+
+
+class Distribution:
+    """A positive random quantity with exact quantile, cdf and survival function."""
+
+    def from_uniform(self, u: np.ndarray) -> np.ndarray:
+        """Values at the quantiles `u` (inverse transform sampling)."""
+        raise NotImplementedError
+
+    def cdf(self, t: np.ndarray | float) -> np.ndarray:
+        """P(X <= t)."""
+        raise NotImplementedError
+
+    @property
+    def mean(self) -> float:
+        """E[X]."""
+        raise NotImplementedError
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile."""
+        return float(self.from_uniform(np.asarray([q]))[0])
+
+    @property
+    def median(self) -> float:
+        """The 0.5-quantile."""
+        return self.quantile(0.5)
+
+    def sf(self, t: np.ndarray | float) -> np.ndarray:
+        """P(X > t)."""
+        return 1.0 - self.cdf(t)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """`size` independent draws from the given generator."""
+        return self.from_uniform(rng.random(size))
+
+
+@dataclass(frozen=True)
+class LogNormal(Distribution):
+    """exp(mu + sigma Z): the heavy-ish tail of LLM call times."""
+
+    mu: float
+    sigma: float
+
+    @classmethod
+    def from_median_p99(cls, median: float, p99: float) -> LogNormal:
+        """The lognormal with this median and 99th percentile."""
+        return cls(*lognormal_params(median, p99))
+
+    def from_uniform(self, u: np.ndarray) -> np.ndarray:
+        return np.exp(self.mu + self.sigma * ndtri(u))
+
+    def cdf(self, t: np.ndarray | float) -> np.ndarray:
+        t = np.asarray(t, dtype=float)
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(t, 0.0)) - self.mu) / self.sigma
+        return ndtr(z)
+
+    @property
+    def mean(self) -> float:
+        return math.exp(self.mu + self.sigma**2 / 2)
+
+    @property
+    def median(self) -> float:
+        return math.exp(self.mu)
+
+
+@dataclass(frozen=True)
+class Exponential(Distribution):
+    """Memoryless service times, for queueing theory checks."""
+
+    mean_value: float
+
+    def from_uniform(self, u: np.ndarray) -> np.ndarray:
+        return -self.mean_value * np.log1p(-np.asarray(u))
+
+    def cdf(self, t: np.ndarray | float) -> np.ndarray:
+        t = np.asarray(t, dtype=float)
+        return np.where(t > 0, -np.expm1(-np.maximum(t, 0.0) / self.mean_value), 0.0)
+
+    @property
+    def mean(self) -> float:
+        return self.mean_value
+
+
+@dataclass(frozen=True)
+class Constant(Distribution):
+    """Always the same value."""
+
+    value: float
+
+    def from_uniform(self, u: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(u), self.value, dtype=float)
+
+    def cdf(self, t: np.ndarray | float) -> np.ndarray:
+        return np.where(np.asarray(t, dtype=float) >= self.value, 1.0, 0.0)
+
+    @property
+    def mean(self) -> float:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Empirical(Distribution):
+    """Resampling of measured values: each draw is one of the samples, equally likely."""
+
+    samples: np.ndarray = field(repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", np.sort(np.asarray(self.samples, dtype=float)))
+
+    def from_uniform(self, u: np.ndarray) -> np.ndarray:
+        n = len(self.samples)
+        index = np.minimum((np.asarray(u) * n).astype(np.int64), n - 1)
+        return self.samples[index]
+
+    def cdf(self, t: np.ndarray | float) -> np.ndarray:
+        t = np.asarray(t, dtype=float)
+        return np.searchsorted(self.samples, t, side="right") / len(self.samples)
+
+    @property
+    def mean(self) -> float:
+        return float(self.samples.mean())
+
+
+def build_distribution(spec: DistSpec) -> Distribution:
+    """The distribution a validated `DistSpec` describes."""
+    if spec.dist == "lognormal":
+        if spec.median is not None and spec.p99 is not None:
+            return LogNormal.from_median_p99(spec.median, spec.p99)
+        return LogNormal(float(spec.mu), float(spec.sigma))  # type: ignore[arg-type]
+    if spec.dist == "exponential":
+        return Exponential(float(spec.mean))  # type: ignore[arg-type]
+    if spec.dist == "constant":
+        return Constant(float(spec.value))  # type: ignore[arg-type]
+    if spec.samples is None:
+        raise ValueError("empirical distribution without samples: load it with sim.load_scenario")
+    return Empirical(spec.samples)
+
+
+#: Columns of the uniform block one call draws from (see `CallLatency.draw`).
+U_TTFT, U_SPEED, U_STALL, U_STALL_EXTRA, U_OUTCOME = range(5)
+UNIFORMS_PER_CALL = 5
+
+OK, ERROR, INVALID = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class CallDraws:
+    """Per-request draws of one (step, attempt, serving path), as plain lists for fast indexing."""
+
+    ttft: list[float]
+    generation: list[float]
+    stall: list[float]
+    outcome: list[int]
+
+
+@dataclass(frozen=True)
+class CallLatency:
+    """The latency law of one serving path: first token, generation speed, stalls, failures."""
+
+    ttft: Distribution
+    tokens_per_s: Distribution
+    stall_probability: float
+    stall_extra: Distribution | None
+    error_rate: float
+    invalid_rate: float
+    ttft_s_per_ktok: float = 0.0  # prefill: first-token seconds added per 1000 input tokens
+
+    @classmethod
+    def from_spec(cls, spec: ServingSpec) -> CallLatency:
+        """Build from a validated serving spec."""
+        stall = spec.stall
+        return cls(
+            ttft=build_distribution(spec.ttft_s),
+            tokens_per_s=build_distribution(spec.tokens_per_s),
+            stall_probability=stall.probability if stall else 0.0,
+            stall_extra=build_distribution(stall.extra_s) if stall else None,
+            error_rate=spec.error_rate,
+            invalid_rate=spec.invalid_rate,
+            ttft_s_per_ktok=spec.ttft_s_per_ktok,
+        )
+
+    def draw(self, u: np.ndarray, output_tokens: int) -> CallDraws:
+        """Turn an (n, 5) block of uniforms into n calls' first-token, generation and stall times.
+
+        A stall happens mid-generation (the tail lives in generation, not in the first token).
+        """
+        ttft = self.ttft.from_uniform(u[:, U_TTFT])
+        speed = self.tokens_per_s.from_uniform(u[:, U_SPEED])
+        generation = output_tokens / np.maximum(speed, 1e-9)
+        if self.stall_extra is not None and self.stall_probability > 0:
+            stalled = u[:, U_STALL] < self.stall_probability
+            stall = np.where(stalled, self.stall_extra.from_uniform(u[:, U_STALL_EXTRA]), 0.0)
+        else:
+            stall = np.zeros(len(u))
+        v = u[:, U_OUTCOME]
+        outcome = np.where(
+            v < self.error_rate,
+            ERROR,
+            np.where(v < self.error_rate + self.invalid_rate, INVALID, OK),
+        )
+        return CallDraws(ttft.tolist(), generation.tolist(), stall.tolist(), outcome.tolist())

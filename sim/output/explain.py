@@ -1,0 +1,105 @@
+"""The breakdown as a person reads it: one rich table under the comparison, and `tailsim explain`.
+
+For each policy, where its failed runs failed (reason at step, share of all runs) and, per
+provider, the load it put there: calls, 429s, timeouts, busy slots and peak one-minute tokens
+against the provider's limits. Rendering only; the numbers come from `sim.analysis.breakdown`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from rich.table import Table
+
+from sim.analysis.breakdown import breakdown, provider_limits
+from sim.model.errors import ScenarioError
+
+#: Failure pairs printed per policy (breakdown.csv keeps more).
+PRINTED_FAILURES = 3
+
+
+def breakdown_table(table: pd.DataFrame) -> Table:
+    """Why each policy did as it did, one row per (policy, provider)."""
+    view = Table(
+        title="why: where failed runs failed (reason at step, share of runs), and the load each "
+        "provider saw",
+        title_justify="left",
+    )
+    for header, justify in (
+        ("policy", "left"),
+        ("failed runs: top reasons", "left"),
+        ("provider", "left"),
+        ("calls", "right"),
+        ("429s", "right"),
+        ("timeouts", "right"),
+        ("errors", "right"),
+        ("busy slots", "right"),
+        ("peak tokens/min", "right"),
+    ):
+        view.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for policy in pd.unique(table["policy"]):
+        rows = table[table["policy"] == policy]
+        failures = _failure_text(rows[rows["section"] == "failure"])
+        providers = rows[rows["section"] == "provider"]
+        for k, row in enumerate(providers.to_dict("records")):
+            view.add_row(
+                str(policy) if k == 0 else "",
+                failures if k == 0 else "",
+                str(row["provider"]),
+                f"{int(row['calls']):,}",
+                f"{int(row['rate_limited']):,}",
+                f"{int(row['timeouts']):,}",
+                f"{int(row['errors']):,}",
+                _share(row["busy_slots_mean"], row["busy_share"], f"{int(row['concurrency']):,}"),
+                _share(row["peak_minute_tokens"], row["peak_tpm_share"], "TPM"),
+            )
+        if providers.empty:
+            view.add_row(str(policy), failures, *[""] * 7)
+        view.add_section()
+    return view
+
+
+def _failure_text(rows: pd.DataFrame) -> str:
+    """'deadline at s7 6.1%; error at s3 0.4%' (top few), or 'none'."""
+    if rows.empty:
+        return "none"
+    parts = []
+    for row in rows.head(PRINTED_FAILURES).to_dict("records"):
+        where = f" at {row['fail_step']}" if isinstance(row["fail_step"], str) else ""
+        parts.append(f"{row['fail_reason']}{where} {row['share_of_runs']:.1%}")
+    total = rows["share_of_runs"].sum()
+    return f"{total:.1%} of runs: " + "; ".join(parts)
+
+
+def _share(value: float, share: float, of: str) -> str:
+    """'12.3 (2% of 512)', or the value alone where there is no limit."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    number = f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+    if share is None or (isinstance(share, float) and math.isnan(share)):
+        return f"{number} (no limit)"
+    return f"{number} ({share:.0%} of {of})"
+
+
+def read_breakdown(folder: Path) -> pd.DataFrame:
+    """A results folder's breakdown.csv, or (for a folder written before it existed) the same
+    table recomputed from its requests, calls and resolved scenario."""
+    saved = folder / "breakdown.csv"
+    if saved.is_file():
+        return pd.read_csv(saved, keep_default_na=True)
+    needed = ("requests.parquet", "calls.parquet", "scenario.resolved.yaml")
+    missing = [name for name in needed if not (folder / name).is_file()]
+    if missing:
+        raise ScenarioError(
+            str(folder),
+            [("", f"not a tailsim run folder (missing breakdown.csv and {', '.join(missing)})")],
+        )
+    resolved = yaml.safe_load((folder / "scenario.resolved.yaml").read_text(encoding="utf-8"))
+    return breakdown(
+        pd.read_parquet(folder / "requests.parquet"),
+        pd.read_parquet(folder / "calls.parquet"),
+        provider_limits(resolved.get("providers", {})),
+    )

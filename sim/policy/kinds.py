@@ -1,0 +1,658 @@
+"""How one step is executed under each policy: wait, cut, race, hedge, downshift, adaptive,
+draft, or a different one per step.
+
+Each policy is a small object whose `execute` is a simpy generator driving one step through a
+`StepRun` (the engine's handle: call inline, start a parallel call, cancel one, time left). The
+route of every attempt (which provider, which model, cut after how long) is a pure decision made
+up front in `Attempt` plans, so the simpy part stays short.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import simpy
+
+from sim.model.backoff import retry_wait
+from sim.model.config import (
+    THRESHOLD_FIELDS,
+    AdaptivePolicy,
+    BackoffSpec,
+    ControlsSpec,
+    CutPolicy,
+    DraftPolicy,
+    HedgePolicy,
+    PlainPolicy,
+    RacePolicy,
+    Scenario,
+    WaitPolicy,
+)
+from sim.model.provider import (
+    OUTCOME_INVALID,
+    OUTCOME_OK,
+    OUTCOME_RATE_LIMITED,
+    OUTCOME_TRUNCATED,
+    Call,
+)
+from sim.model.workflow import Step
+
+StepGenerator = Generator[simpy.Event, Any, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """Where and how long one attempt runs: provider, model, cut after `give_up_after` seconds."""
+
+    provider: str
+    model: str
+    give_up_after: float | None
+
+
+class StepRun(Protocol):
+    """What a policy may do while running one step (implemented by the engine)."""
+
+    env: simpy.Environment
+    step: Step
+
+    @property
+    def closed(self) -> bool:
+        """True once the request is over (deadline passed or failed): start nothing new."""
+        ...
+
+    @property
+    def time_left(self) -> float:
+        """Seconds until the request's deadline."""
+        ...
+
+    def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
+        """Run one attempt inline and return its call (None if the request closed first)."""
+        ...
+
+    def start(self, attempt: int, plan: Attempt) -> simpy.Process:
+        """Start one attempt in parallel; the process's value is its call (or None)."""
+        ...
+
+    def cancel(self, process: simpy.Process) -> None:
+        """Cancel a parallel attempt still in flight (really interrupts it)."""
+        ...
+
+    def jitter(self, retry: int) -> float:
+        """The backoff-jitter uniform of this step's retry number `retry` (common to policies)."""
+        ...
+
+    def accept(self, call: Call) -> None:
+        """The step delivers this call's answer (default: the last call that answered ok)."""
+        ...
+
+    def note_draft(self, kept: bool) -> None:
+        """Count a draft race's result: draft kept, or upgraded to the primary's answer."""
+        ...
+
+    def first_token(self, attempt: int) -> bool:
+        """True once attempt `attempt` has streamed its first token."""
+        ...
+
+    def projected_left(self, attempt: int) -> float:
+        """Seconds attempt `attempt` still needs at its recent token rate (inf if none)."""
+        ...
+
+    def may_retry(self) -> bool:
+        """May a retry (an attempt after a failure) be sent now? (the retry budget)"""
+        ...
+
+    def may_hedge(self, provider: str) -> bool:
+        """May an extra parallel attempt go to `provider` now? (hedge cap, 429 pause, budget)"""
+        ...
+
+    def admits(self, wait: float) -> bool:
+        """Deadline-aware admission of a retry after `wait` seconds (counted if refused)."""
+        ...
+
+
+class Policy:
+    """A way to execute a step: wait, cut, race, hedge or downshift, with its attempts planned."""
+
+    name: str
+    #: Load-aware controls of this policy (sim.policy.controls), None when off.
+    controls: ControlsSpec | None = None
+    #: Reads its attempts' streaming progress (`StepRun.first_token`, `projected_left`): the
+    #: engine keeps each attempt's drawn times for it only when this is True.
+    watches_flights: bool = False
+
+    def execute(self, run: StepRun) -> StepGenerator:
+        """Drive one step to success (True) or failure (False)."""
+        raise NotImplementedError
+
+
+def _route(scenario: Scenario, model: str, providers: list[str] | None, default: str) -> list[str]:
+    """Providers an attempt on `model` may use, in turn (those of `providers` serving it)."""
+    if not providers:
+        return [default]
+    serving = [p for p in providers if model in scenario.providers[p].serves]
+    return serving or [default]
+
+
+def retry_pause(
+    run: StepRun, backoff: BackoffSpec | None, retry: int, failed: list[Call | None]
+) -> float | None:
+    """Seconds to wait before retry number `retry` after the `failed` calls, or None when the
+    deadline would come first (the retry is not made).
+
+    Without `backoff`: a 429's Retry-After, else no wait. With it: `sim.model.backoff.retry_wait`
+    (the longest Retry-After among the failed calls, if within its cap, else the jittered
+    backoff)."""
+    limited = [c.retry_after for c in failed if c is not None and c.outcome == OUTCOME_RATE_LIMITED]
+    retry_after = max(limited) if limited else float("nan")
+    if backoff is None:
+        wait = retry_after if limited else 0.0
+    else:
+        wait = retry_wait(backoff, retry, run.jitter(retry), retry_after)
+    if wait > 0 and wait >= run.time_left:
+        return None
+    if not run.admits(wait):  # the time left cannot fund the wait and an attempt
+        return None
+    return wait
+
+
+class Sequential(Policy):
+    """wait and cut: one attempt at a time, each cut at its give-up time, then the next."""
+
+    def __init__(
+        self, name: str, plans: dict[str, list[Attempt]], backoff: BackoffSpec | None = None
+    ) -> None:
+        self.name = name
+        self.plans = plans
+        self.backoff = backoff
+
+    def execute(self, run: StepRun) -> StepGenerator:
+        plans = self.plans[run.step.id]
+        for attempt, plan in enumerate(plans):
+            call = yield from run.call(attempt, plan)
+            if call is None or run.closed:
+                return False
+            if call.outcome == OUTCOME_OK:
+                return True
+            if attempt + 1 < len(plans) and not run.may_retry():
+                return False
+            if attempt + 1 < len(plans) and (
+                self.backoff is not None or call.outcome == OUTCOME_RATE_LIMITED
+            ):
+                # honour Retry-After / back off, but only if the deadline leaves time to retry
+                wait = retry_pause(run, self.backoff, attempt + 1, [call])
+                if wait is None:
+                    return False
+                if wait > 0:
+                    yield run.env.timeout(wait)
+        return False
+
+
+def _settle(run: StepRun, pending: list[simpy.Process]) -> tuple[bool, list[simpy.Process]]:
+    """After a wake-up: (True, []) if an attempt answered validly (losers cancelled), else the
+    attempts still in flight."""
+    still = [p for p in pending if not p.triggered]
+    won = any(p.value is not None and p.value.outcome == OUTCOME_OK for p in pending if p.triggered)
+    if won:
+        for process in still:
+            run.cancel(process)
+        return True, []
+    return False, still
+
+
+class Race(Policy):
+    """`attempts` calls at once; the first valid answer wins and the rest are cancelled."""
+
+    def __init__(
+        self,
+        name: str,
+        rounds: dict[str, list[list[Attempt]]],
+        backoff: BackoffSpec | None = None,
+    ) -> None:
+        self.name = name
+        self.rounds = rounds
+        self.backoff = backoff
+
+    def execute(self, run: StepRun) -> StepGenerator:
+        attempt = 0
+        for number, plans in enumerate(self.rounds[run.step.id]):
+            if run.closed or (number > 0 and not run.may_retry()):
+                return False
+            started = []
+            for j, plan in enumerate(plans):
+                if j == 0 or run.may_hedge(plan.provider):
+                    started.append(run.start(attempt, plan))
+                attempt += 1
+            pending = started
+            while pending:
+                yield run.env.any_of(pending)
+                won, pending = _settle(run, pending)
+                if won:
+                    return True
+            if self.backoff is not None and number + 1 < len(self.rounds[run.step.id]):
+                wait = retry_pause(run, self.backoff, number + 1, [p.value for p in started])
+                if wait is None:
+                    return False
+                if wait > 0:
+                    yield run.env.timeout(wait)
+        return False
+
+
+class Hedge(Policy):
+    """A primary call; a hedge fires `after` past the last start, or at once on a failure."""
+
+    def __init__(self, name: str, plans: dict[str, list[Attempt]], after: dict[str, float]) -> None:
+        self.name = name
+        self.plans = plans
+        self.after = after
+
+    def execute(self, run: StepRun) -> StepGenerator:
+        plans = self.plans[run.step.id]
+        delay = self.after[run.step.id]
+        env = run.env
+        pending = [run.start(0, plans[0])]
+        fired, next_fire = 1, env.now + delay
+        while pending:
+            events: list[simpy.Event] = list(pending)
+            if fired < len(plans) and math.isfinite(next_fire):
+                events.append(env.timeout(max(0.0, next_fire - env.now)))
+            yield env.any_of(events)
+            won, pending = _settle(run, pending)
+            if won:
+                return True
+            if run.closed:
+                return False
+            if fired < len(plans) and (not pending or env.now >= next_fire):
+                # a hedge beside a call in flight, or a retry after every call failed
+                if run.may_hedge(plans[fired].provider) if pending else run.may_retry():
+                    pending.append(run.start(fired, plans[fired]))
+                    fired, next_fire = fired + 1, env.now + delay
+                elif pending:
+                    next_fire = math.inf  # the controls refused: no more timed hedges
+                else:
+                    return False
+        return False
+
+
+#: Relative slack under which a timer counts as due (float rounding of simulated times).
+_DUE = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptivePlan:
+    """One step under `adaptive`: its model, routes per model, checks and directions."""
+
+    model: str
+    routes: dict[str, tuple[str, ...]]
+    cutoff: float
+    ttft_cutoff: float | None
+    hedge_after: float | None
+    fall_down: str | None
+    fall_up: str | None
+    attempts: int
+    reserve: float
+
+
+@dataclass(slots=True)
+class _Live:
+    """An attempt in flight under `adaptive`, with its pending checks (absolute times)."""
+
+    attempt: int
+    model: str
+    ttft_check: float | None
+    hedge_check: float | None
+    cutoff_check: float | None
+
+    def next_check(self) -> float:
+        pending = [t for t in (self.ttft_check, self.hedge_check, self.cutoff_check) if t]
+        return min(pending, default=float("inf"))
+
+
+class Adaptive(Policy):
+    """Diagnose, then pick the direction (the article's "Match the Fix to the Failure").
+
+    - no first token by `ttft_cutoff`: stuck -> hedge a fresh attempt of the same model;
+    - no answer by `hedge_after`: hedge a fresh attempt of the same model;
+    - at `cutoff` (then every quarter cutoff): no first token -> cut and re-draw; tokens flowing
+      too slowly to finish before the deadline minus `reserve` -> cut and fall down;
+    - an invalid answer -> fall up; a truncated one -> fall down; an error, timeout or 429 ->
+      the same model again on the next provider.
+    """
+
+    watches_flights = True
+
+    def __init__(self, name: str, plans: dict[str, AdaptivePlan]) -> None:
+        self.name = name
+        self.plans = plans
+
+    def execute(self, run: StepRun) -> StepGenerator:
+        plan = self.plans[run.step.id]
+        env = run.env
+        live: dict[simpy.Process, _Live] = {}
+        used = 0
+        per_model: dict[str, int] = {}
+
+        def launch(model: str) -> None:
+            nonlocal used
+            if used >= plan.attempts or run.closed:
+                return
+            route = plan.routes[model]
+            k = per_model.get(model, 0)
+            per_model[model] = k + 1
+            now = env.now
+            live[run.start(used, Attempt(route[k % len(route)], model, None))] = _Live(
+                used,
+                model,
+                None if plan.ttft_cutoff is None else now + plan.ttft_cutoff,
+                None if plan.hedge_after is None else now + plan.hedge_after,
+                now + plan.cutoff,
+            )
+            used += 1
+
+        launch(plan.model)
+        while live:
+            due = min(info.next_check() for info in live.values())
+            events: list[simpy.Event] = list(live)
+            if due < float("inf"):
+                events.append(env.timeout(max(0.0, due - env.now)))
+            yield env.any_of(events)
+            if run.closed:
+                return False
+            for process in [p for p in live if p.triggered]:
+                info = live.pop(process)
+                call = process.value
+                if call is None:
+                    continue
+                if call.outcome == OUTCOME_OK:
+                    for other in live:
+                        run.cancel(other)
+                    run.accept(call)
+                    return True
+                if live:  # another attempt is still on it
+                    continue
+                if call.outcome == OUTCOME_RATE_LIMITED:
+                    if call.retry_after >= run.time_left:
+                        continue
+                    if call.retry_after > 0:
+                        yield env.timeout(call.retry_after)
+                        if run.closed:
+                            return False
+                launch(self._direction(run, plan, call.outcome, info.model, used))
+            self._checks(run, plan, live, launch, lambda: used)
+        return False
+
+    @staticmethod
+    def _direction(run: StepRun, plan: AdaptivePlan, outcome: str, model: str, used: int) -> str:
+        """The model of the next attempt after a failed one: up if the answer was wrong, down
+        if it was too long, down if a re-draw no longer fits the time left or is the last
+        attempt ("almost out: cut fast and fall back"), else the same model re-drawn."""
+        if outcome == OUTCOME_INVALID and plan.fall_up is not None:
+            return plan.fall_up
+        down = plan.fall_down
+        if down is None:
+            return model
+        if outcome == OUTCOME_TRUNCATED or used + 1 >= plan.attempts:
+            return down
+        return down if run.time_left - plan.reserve < plan.cutoff else model
+
+    @classmethod
+    def _checks(
+        cls,
+        run: StepRun,
+        plan: AdaptivePlan,
+        live: dict[simpy.Process, _Live],
+        launch: Any,
+        used: Any,
+    ) -> None:
+        """Run every check that is due: stuck, hedge, and the diagnosis at the cutoff."""
+        now = run.env.now
+        for process, info in list(live.items()):
+            if process not in live:
+                continue
+            if info.ttft_check is not None and now >= info.ttft_check - _DUE:
+                info.ttft_check = None
+                if not run.first_token(info.attempt):
+                    launch(info.model)  # stuck, not slow: a fresh attempt is newly scheduled
+            if info.hedge_check is not None and now >= info.hedge_check - _DUE:
+                info.hedge_check = None
+                launch(info.model)
+            if info.cutoff_check is not None and now >= info.cutoff_check - _DUE:
+                info.cutoff_check = None
+                if not run.first_token(info.attempt):  # stuck past the cutoff: cut it
+                    run.cancel(process)
+                    del live[process]
+                    launch(cls._direction(run, plan, "timeout", info.model, used()))
+                elif run.projected_left(info.attempt) > run.time_left - plan.reserve:
+                    if plan.fall_down is not None and plan.fall_down != info.model:
+                        run.cancel(process)
+                        del live[process]
+                        launch(plan.fall_down)
+                else:  # flowing fast enough: look again a quarter cutoff later
+                    info.cutoff_check = now + max(1.0, plan.cutoff / 4)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftPlan:
+    """One step under `draft`: the primary, the draft, and how long an upgrade may take."""
+
+    primary: Attempt
+    draft: Attempt
+    upgrade_within: float
+
+
+class Draft(Policy):
+    """Race a cheap fast draft model against the primary. The primary's valid answer wins
+    whenever it comes first or within `upgrade_within` of the step's start (an upgrade if the
+    draft was already in hand); past that, or if the primary fails, the draft is kept."""
+
+    def __init__(self, name: str, plans: dict[str, DraftPlan]) -> None:
+        self.name = name
+        self.plans = plans
+
+    def execute(self, run: StepRun) -> StepGenerator:
+        plan = self.plans[run.step.id]
+        env = run.env
+        window_ends = env.now + plan.upgrade_within
+        primary = run.start(0, plan.primary)
+        draft = run.start(1, plan.draft)
+        live = {primary, draft}
+        held: Call | None = None
+        while True:
+            events: list[simpy.Event] = [p for p in (primary, draft) if p in live]
+            if held is not None:
+                events.append(env.timeout(max(0.0, window_ends - env.now)))
+            if not events:
+                return False
+            yield env.any_of(events)
+            if run.closed:
+                return False
+            if primary in live and primary.triggered:
+                live.discard(primary)
+                call = primary.value
+                if call is not None and call.outcome == OUTCOME_OK:
+                    if draft in live:
+                        run.cancel(draft)
+                    if held is not None:
+                        run.note_draft(kept=False)
+                    run.accept(call)
+                    return True
+            if draft in live and draft.triggered:
+                live.discard(draft)
+                call = draft.value
+                if call is not None and call.outcome == OUTCOME_OK:
+                    held = call
+            if held is not None and (primary not in live or env.now >= window_ends - _DUE):
+                if primary in live:
+                    run.cancel(primary)
+                run.note_draft(kept=True)
+                run.accept(held)
+                return True
+
+
+class PerStep(Policy):
+    """A different runtime policy per step (a policy with per-step entries)."""
+
+    def __init__(self, name: str, by_step: dict[str, Policy]) -> None:
+        self.name = name
+        self.by_step = by_step
+        self.watches_flights = any(p.watches_flights for p in by_step.values())
+
+    def execute(self, run: StepRun) -> StepGenerator:
+        return self.by_step[run.step.id].execute(run)
+
+
+def build_resolved(
+    name: str, specs: dict[str, PlainPolicy], scenario: Scenario, steps: tuple[Step, ...]
+) -> Policy:
+    """The runtime policy of per-step specs whose thresholds are seconds (`resolve_specs`).
+
+    Steps sharing a spec share one runtime policy; a policy with one spec for every LLM step is
+    exactly `build_policy` of it. Tool steps get no plan (the engine runs them,
+    `sim.policy.actions`):
+    their specs, thresholds unresolved, are never built."""
+    groups: dict[str, list[Step]] = {}
+    for step in steps:
+        if step.tool is not None:
+            continue
+        groups.setdefault(specs[step.id].model_dump_json(), []).append(step)
+    built: dict[str, Policy] = {}
+    for members in groups.values():
+        spec = specs[members[0].id]
+        fields = THRESHOLD_FIELDS.get(type(spec), ())
+        seconds = {s.id: float(getattr(specs[s.id], fields[0])) for s in members} if fields else {}
+        runtime = build_policy(name, spec, scenario, tuple(members), seconds)
+        if len(groups) == 1:
+            return runtime
+        built.update(dict.fromkeys((s.id for s in members), runtime))
+    per_step = PerStep(name, built)
+    # one set of load-aware controls for the whole policy (its state is per simulation)
+    per_step.controls = next(iter(specs.values())).controls if specs else None
+    return per_step
+
+
+def _other_route(
+    scenario: Scenario, model: str, providers: list[str] | None, step: Step
+) -> tuple[str, ...]:
+    """Providers for attempts on `model` at `step`: `providers` serving it, else the step's
+    provider if it serves it, else the first that does."""
+    default = (
+        step.provider
+        if model in scenario.providers[step.provider].serves
+        else scenario.serving_providers(model)[0]
+    )
+    return tuple(_route(scenario, model, providers, default))
+
+
+def _seconds(value: float | str | None, fallback: float | None) -> float | None:
+    """A threshold already in seconds, or `fallback` (the resolved main threshold)."""
+    if value is None or isinstance(value, float | int):
+        return None if value is None else float(value)
+    if fallback is None:
+        raise ValueError(f"threshold {value!r} not resolved to seconds (see sim.study.pilot)")
+    return fallback
+
+
+def build_policy(
+    name: str,
+    spec: PlainPolicy,
+    scenario: Scenario,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Policy:
+    """The runtime policy of a spec, with its load-aware controls (if any); tool steps are
+    run by `sim.policy.actions`, not by a policy."""
+    steps = tuple(s for s in steps if s.tool is None)
+    policy = _build_policy(name, spec, scenario, steps, seconds)
+    policy.controls = spec.controls
+    return policy
+
+
+def _build_policy(
+    name: str,
+    spec: PlainPolicy,
+    scenario: Scenario,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Policy:
+    """The runtime policy of a spec; `seconds[step]` is its threshold resolved for that step
+    (an `adaptive` or `draft` spec's other thresholds must already be in seconds)."""
+    if isinstance(spec, AdaptivePolicy):
+        return _build_adaptive(name, spec, scenario, steps, seconds)
+    if isinstance(spec, DraftPolicy):
+        plans = {}
+        for step in steps:
+            draft_route = _other_route(scenario, spec.model, spec.providers, step)
+            within = _seconds(spec.upgrade_within, seconds.get(step.id))
+            plans[step.id] = DraftPlan(
+                Attempt(step.provider, step.model, None),
+                Attempt(draft_route[0], spec.model, None),
+                float(within),  # type: ignore[arg-type]
+            )
+        return Draft(name, plans)
+    if isinstance(spec, WaitPolicy | CutPolicy):
+        give_up = spec.timeout_s if isinstance(spec, WaitPolicy) else None
+        plans = {}
+        for step in steps:
+            route = _route(scenario, step.model, spec.providers, step.provider)
+            limit = give_up if isinstance(spec, WaitPolicy) else seconds[step.id]
+            plans[step.id] = [
+                Attempt(route[k % len(route)], step.model, limit) for k in range(spec.retries + 1)
+            ]
+        return Sequential(name, plans, spec.backoff)
+    if isinstance(spec, RacePolicy):
+        rounds = {}
+        for step in steps:
+            route = _route(scenario, step.model, spec.providers, step.provider)
+            one = [
+                Attempt(route[j % len(route)], step.model, spec.timeout_s)
+                for j in range(spec.attempts)
+            ]
+            rounds[step.id] = [one] * (spec.retries + 1)
+        return Race(name, rounds, spec.backoff)
+    if isinstance(spec, HedgePolicy):
+        plans = {}
+        for step in steps:
+            route = _route(scenario, step.model, spec.providers, step.provider)
+            hedges = [Attempt(route[h % len(route)], step.model, None) for h in range(spec.hedges)]
+            plans[step.id] = [Attempt(step.provider, step.model, None), *hedges]
+        return Hedge(name, plans, seconds)
+    plans = {}
+    for step in steps:
+        down_default = (
+            step.provider
+            if spec.to in scenario.providers[step.provider].serves
+            else scenario.serving_providers(spec.to)[0]
+        )
+        route = _route(scenario, spec.to, spec.providers, down_default)
+        first = Attempt(step.provider, step.model, seconds[step.id])
+        rest = [Attempt(route[k % len(route)], spec.to, None) for k in range(spec.retries)]
+        plans[step.id] = [first, *rest]
+    return Sequential(name, plans, spec.backoff)
+
+
+def _build_adaptive(
+    name: str,
+    spec: AdaptivePolicy,
+    scenario: Scenario,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Adaptive:
+    plans = {}
+    for step in steps:
+        models = {step.model, spec.fall_down, spec.fall_up} - {None}
+        routes = {
+            m: _other_route(scenario, m, spec.providers, step) for m in models if m is not None
+        }
+        plans[step.id] = AdaptivePlan(
+            model=step.model,
+            routes=routes,
+            cutoff=float(_seconds(spec.cutoff, seconds.get(step.id))),  # type: ignore[arg-type]
+            ttft_cutoff=_seconds(spec.ttft_cutoff, None),
+            hedge_after=_seconds(spec.hedge_after, None),
+            fall_down=spec.fall_down,
+            fall_up=spec.fall_up,
+            attempts=spec.attempts,
+            reserve=spec.reserve_s or 0.0,
+        )
+    return Adaptive(name, plans)

@@ -1,0 +1,242 @@
+"""Sweeps: a grid (and paired `zip` lists) of key-path overrides x replications, each point a
+full `sim.run`.
+
+`expand` turns the scenario's `sweep:` block into points; `run_point` runs one (on any
+executor: it needs nothing but its arguments); `run_sweep` runs them all and stacks their
+tables, with one column per swept key plus `replication` and `seed`.
+
+Seeds: a point's seed is a function of the scenario's seed and the point's replication
+coordinate only (`replication_seed`), never of execution order, so results are byte-identical on
+every executor and worker count. The grid coordinates deliberately do not enter the seed:
+replication r sees the same draws at every grid point (common random numbers across the grid as
+well as across policies), so a curve over the grid is paired, not noisy point to point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from sim.analysis.aggregate import aggregate_replications
+from sim.analysis.capacity import REQUESTS
+from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
+from sim.model.scenario import with_overrides
+from sim.model.streams import Streams
+from sim.study.runner import run
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: its index in the plan, overrides by key path, replication, seed."""
+
+    index: int
+    overrides: dict[str, Any]
+    replication: int
+    seed: int
+
+    def label(self) -> str:
+        """`key=value, ...` for progress lines and figures."""
+        parts = [f"{k}={v}" for k, v in self.overrides.items()]
+        return ", ".join([*parts, f"rep {self.replication}"])
+
+    def key(self, inputs: str = "") -> str:
+        """A stable name for the point's stored part: its index and a hash of its coordinates
+        and of `inputs` (the store passes the fingerprint of everything else that makes the
+        numbers), so a part is never mistaken for another point's or another sweep's."""
+        text = json.dumps(
+            [inputs, self.overrides, self.replication, self.seed], sort_keys=True, default=str
+        )
+        return f"{self.index:05d}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+@dataclass
+class PointResult:
+    """The tables of one point, tagged with its coordinates."""
+
+    point: SweepPoint
+    summary: pd.DataFrame
+    requests: pd.DataFrame
+    wall_s: float = 0.0
+
+
+@dataclass
+class SweepResult:
+    """Stacked tables of every point: the per-replication summary, the runs (for plots), and
+    `aggregate`: one row per grid point and policy with confidence intervals."""
+
+    points: list[SweepPoint]
+    summary: pd.DataFrame
+    requests: pd.DataFrame
+    keys: list[str] = field(default_factory=list)
+    scenario: Scenario | None = None
+
+    @property
+    def aggregate(self) -> pd.DataFrame:
+        """Replications pooled per grid point and policy (see docs/metrics.md)."""
+        return aggregate_replications(self.summary, self.keys)
+
+    def save(self, folder: str | Path, figures: bool = True) -> Path:
+        """Write the sweep's result files to `folder` (as `tailsim sweep` does); returns it."""
+        from sim.output.store import save_sweep  # noqa: PLC0415 - files are the store's job
+
+        if self.scenario is None:
+            raise ScenarioError("sweep", [("", "no scenario attached; cannot save")])
+        return save_sweep(self, Path(folder), figures=figures)
+
+    def plot(self) -> Figure:
+        """The sweep figure (hit rate with CI bands, $/success, $/request against the first
+        swept key), for a notebook."""
+        from sim.output.plots import sweep_figure  # noqa: PLC0415 - slow import, on demand
+
+        name = self.scenario.name if self.scenario is not None else ""
+        return sweep_figure(self.aggregate, self.keys, name)
+
+
+def replication_seed(seed: int, replication: int) -> int:
+    """The seed of replication `replication`, the same at every grid point: replication 0 runs
+    on the scenario's own seed (so it equals a plain `tailsim run` of that point), the others on
+    seeds derived from it by name."""
+    if replication == 0:
+        return seed
+    rng = Streams(seed, "replication", replication).generator("seed")
+    return int(rng.integers(0, 2**31 - 1))
+
+
+def swept_keys(scenario: Scenario) -> list[str]:
+    """The swept key paths in column order: grid keys, then zip keys."""
+    spec = scenario.sweep
+    return [*spec.grid, *spec.zip] if spec is not None else []
+
+
+def with_engine(scenario: Scenario, engine: str, source: str = "") -> Scenario:
+    """The scenario with `engine` in place of its own (`tailsim sweep --engine`, as `tailsim run
+    --engine`): set in the scenario, every point runs it and a stored sweep is keyed by it.
+    Refused when the sweep itself varies `engine`."""
+    if "engine" in swept_keys(scenario):
+        raise ScenarioError(
+            source or scenario.name,
+            [("sweep", "varies `engine` per point: drop --engine, or `engine` from the sweep")],
+        )
+    return with_overrides(scenario, {"engine": engine}, source=source)
+
+
+def expand(scenario: Scenario) -> list[SweepPoint]:
+    """Every (grid values, zip index, replication) of the scenario's sweep, keys checked first.
+
+    The zip lists form one axis (their i-th values together), crossed with the grid's product."""
+    spec = scenario.sweep
+    grid: dict[str, list[Any]] = dict(spec.grid) if spec is not None else {}
+    paired: dict[str, list[Any]] = dict(spec.zip) if spec is not None else {}
+    replications = spec.replications if spec is not None else 1
+    _check_keys(scenario, grid, "grid")
+    _check_keys(scenario, paired, "zip")
+    zipped = [
+        dict(zip(paired, values, strict=True)) for values in zip(*paired.values(), strict=True)
+    ] or [{}]
+    points: list[SweepPoint] = []
+    for values in itertools.product(*grid.values()):
+        for pair in zipped:
+            overrides = {**dict(zip(grid, values, strict=True)), **pair}
+            for rep in range(replications):
+                seed = replication_seed(scenario.seed, rep)
+                points.append(SweepPoint(len(points), overrides, rep, seed))
+    return points
+
+
+def _check_keys(scenario: Scenario, grid: dict[str, list[Any]], kind: str) -> None:
+    """Each swept key must name an existing key and every value must give a valid scenario."""
+    problems: list[tuple[str, str]] = []
+    for key, values in grid.items():
+        for value in values:
+            try:
+                with_overrides(scenario, {key: value})
+            except ScenarioError as exc:
+                details = "; ".join(f"{p or key}: {m}" for p, m in exc.problems)
+                problems.append((f"sweep.{kind}.{key}", f"value {value!r} gives: {details}"))
+                break
+    if problems:
+        raise ScenarioError(scenario.source, problems)
+
+
+def run_point(
+    scenario: Scenario,
+    point: SweepPoint,
+    keys: Sequence[str],
+    requests: int | None = None,
+    policies: Sequence[str] | None = None,
+) -> PointResult:
+    """Run one point and tag its tables; a pure function of its arguments (any process may)."""
+    import time  # noqa: PLC0415
+
+    began = time.perf_counter()
+    varied = with_overrides(scenario, point.overrides) if point.overrides else scenario
+    # a point keeps its requests table (the sweep's figures and requests.parquet), not its calls
+    result = run(varied, requests=requests, seed=point.seed, policies=policies, records=REQUESTS)
+    return PointResult(
+        point=point,
+        summary=tag(result.summary, point, list(keys)),
+        requests=tag(result.requests, point, list(keys)),
+        wall_s=time.perf_counter() - began,
+    )
+
+
+def run_sweep(
+    scenario: Scenario,
+    *,
+    requests: int | None = None,
+    policies: Sequence[str] | None = None,
+    executor: str = "inline",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: Callable[[int, int, SweepPoint], None] | None = None,
+) -> SweepResult:
+    """Run every point on `executor` ('inline', 'processes' or 'dask') and stack the tables in
+    plan order; `progress(done, total, point)` is told as each point finishes."""
+    from sim.study.executors import Executor  # noqa: PLC0415
+
+    points = expand(scenario)
+    keys = swept_keys(scenario)
+    results: list[PointResult] = []
+
+    def finished(result: PointResult) -> None:
+        results.append(result)
+        if progress is not None:
+            progress(len(results), len(points), result.point)
+
+    with Executor(executor, workers, scheduler) as pool:
+        pool.run(scenario, points, keys, requests=requests, policies=policies, on_done=finished)
+    return stack(scenario, points, keys, results)
+
+
+def stack(
+    scenario: Scenario, points: list[SweepPoint], keys: list[str], results: list[PointResult]
+) -> SweepResult:
+    """One SweepResult from point results in any order (sorted into plan order)."""
+    ordered = sorted(results, key=lambda r: r.point.index)
+    return SweepResult(
+        points=points,
+        summary=pd.concat([r.summary for r in ordered], ignore_index=True),
+        requests=pd.concat([r.requests for r in ordered], ignore_index=True),
+        keys=keys,
+        scenario=scenario,
+    )
+
+
+def tag(table: pd.DataFrame, point: SweepPoint, keys: list[str]) -> pd.DataFrame:
+    """The table with the point's swept values, replication and seed as leading columns."""
+    tags: dict[str, Any] = {k: [point.overrides[k]] * len(table) for k in keys}
+    tags["replication"] = np.full(len(table), point.replication, dtype=np.int64)
+    tags["seed"] = np.full(len(table), point.seed, dtype=np.int64)
+    return pd.concat([pd.DataFrame(tags, index=table.index), table], axis=1)
