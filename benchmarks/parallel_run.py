@@ -74,7 +74,8 @@ def compare(
     requests: int, workers: int, repeat: int, executors: list[str], scenario: str = SCENARIO
 ) -> tuple[dict[str, list[float]], list[str]]:
     """Each executor's wall times (`repeat` rounds, the order turned round each round) and
-    the files that differed from the inline run's."""
+    the files that differed from the inline run's; prints each run's per-policy seconds (its
+    run.json `wall_s`: in the workers for processes and dask)."""
     walls: dict[str, list[float]] = {e: [] for e in ["inline", *executors]}
     different: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,6 +84,9 @@ def compare(
             for executor in order if r % 2 == 0 else order[::-1]:
                 out = Path(tmp) / f"{executor}-{r}"
                 walls[executor].append(timed_run(out, requests, executor, workers, scenario))
+                parts = json.loads((out / "run.json").read_text(encoding="utf-8"))["wall_s"]
+                print(f"  {executor} round {r}: {walls[executor][-1]:.1f} s; per part, s: "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))  # fmt: skip
             for executor in executors:
                 found = differences(Path(tmp) / f"inline-{r}", Path(tmp) / f"{executor}-{r}")
                 different += [f"{executor}: {name}" for name in found]

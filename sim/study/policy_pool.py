@@ -15,6 +15,7 @@ import os
 import pickle
 import selectors
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -23,6 +24,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing import parent_process
 from typing import Any
 
 from sim.model.config import Scenario
@@ -277,6 +279,10 @@ def policy_job(
     dask): the run's draws are made again from its seed. Errors come back as values, so the
     parent can stop the other policies at once rather than wait for them."""
     del scenario  # the plan holds the same scenario
+    if parent_process() is not None and threading.current_thread() is threading.main_thread():
+        # a pool's process: Ctrl-C reaches the parent too, which relays it as a halt; a worker
+        # hit directly while waiting for its next policy would die with a traceback instead
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     relay = _WorkerRelay(channel, name)
     try:
         outcome = run_policy(plan.context(), name, relay.progress, relay.stop)
