@@ -70,7 +70,7 @@ from _common import DIRECT_BIG, beside, chain, out_dir, save, theme
 from scipy.optimize import minimize
 
 import sim
-from sim.analysis.analytic import lognormal_params
+from sim.model.latency import lognormal_params
 
 ARTICLE = {
     "waited": {"p50": 12.0, "p99": 60.0, "std": 6.0},

@@ -4,6 +4,7 @@ from sim.api import report, sweep
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
+from sim.model.version import __version__
 from sim.study.runner import RunResult, run
 
 __all__ = [
@@ -16,4 +17,3 @@ __all__ = [
     "run",
     "sweep",
 ]
-__version__ = "0.1.0"

@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.analytic import wilson_interval
-from sim.engine.simulation import FAIL_DEADLINE, Records
 from sim.model.provider import (
     OUTCOME_CANCELLED,
     OUTCOME_OK,
@@ -23,6 +22,7 @@ from sim.model.provider import (
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
 )
+from sim.model.rows import FAIL_DEADLINE, Records
 from sim.policy.actions import action_counts
 from sim.policy.deadlines import BUDGETS, BY_DEADLINE
 

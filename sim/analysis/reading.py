@@ -8,9 +8,8 @@ flatters a failing policy: costs are per success, and a policy with no success h
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
-
-from sim.output.plots import pareto_frontier
 
 #: 429s per request above which the reading mentions them.
 RATE_LIMIT_NOTE = 0.05
@@ -123,3 +122,16 @@ def read_sweep(aggregate: pd.DataFrame, keys: list[str]) -> list[str]:
                 f"{_pct(last['hit_rate'])} at {x}={last[x]}: a real change, not noise."
             )
     return lines
+
+
+def pareto_frontier(cost: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats on both (cheaper per success and a higher hit
+    rate), sorted by cost: the Pareto frontier."""
+    finite = np.flatnonzero(np.isfinite(cost) & np.isfinite(hit))
+    order = finite[np.lexsort((-hit[finite], cost[finite]))]
+    frontier, best = [], -np.inf
+    for i in order:
+        if hit[i] > best:
+            frontier.append(i)
+            best = hit[i]
+    return np.array(frontier, dtype=int)

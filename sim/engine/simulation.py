@@ -12,7 +12,7 @@ import gc
 import math
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -37,9 +37,18 @@ from sim.model.provider import (
     Provider,
     Serving,
 )
+from sim.model.rows import (
+    FAIL_DEADLINE,
+    FAIL_DISCONNECT,
+    FAIL_NO_CALL,
+    FAIL_REFUSED,
+    Action,
+    Records,
+    Run,
+)
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step, Workflow
-from sim.policy.actions import Action, ToolDesk
+from sim.policy.actions import ToolDesk
 from sim.policy.controls import FAIL_SHED, OUTCOME_BREAKER_OPEN, Controls
 from sim.policy.deadlines import (
     BY_ADMISSION,
@@ -58,101 +67,6 @@ _INF = math.inf
 CANCEL = OUTCOME_CANCELLED
 #: `Run.remaining` value of a step that can no longer run (a step it needs failed).
 LOST = -1
-#: `fail_reason` of a run still going at its deadline.
-FAIL_DEADLINE = "deadline"
-#: `fail_reason` of a step that failed without making a call (its request closed first).
-FAIL_NO_CALL = "no_call"
-#: `fail_reason` of a run whose caller disconnected (`customers.disconnect`).
-FAIL_DISCONNECT = "disconnect"
-#: `fail_reason` of a step whose only attempt was refused: the time left could not fund it.
-FAIL_REFUSED = "refused"
-
-
-class Run:
-    """One send of one customer request through the workflow (re-sends are new runs)."""
-
-    __slots__ = (
-        "active",
-        "answered",
-        "arrival",
-        "calls",
-        "closed",
-        "cost",
-        "deadline_at",
-        "drafts_kept",
-        "drafts_upgraded",
-        "edge_done",
-        "end",
-        "fail_reason",
-        "fail_step",
-        "failed",
-        "first_signal",
-        "given_up_at",
-        "index",
-        "ok",
-        "quality",
-        "quality_sum",
-        "refused_retries",
-        "refused_starts",
-        "remaining",
-        "resend",
-        "running",
-        "tokens",
-        "unresolved",
-        "valid",
-        "valid_hit",
-        "valid_steps",
-    )
-
-    def __init__(
-        self, env: simpy.Environment, workflow: Workflow, index: int, resend: int, deadline_s: float
-    ) -> None:
-        self.index = index
-        self.resend = resend
-        self.arrival = env.now
-        self.deadline_at = env.now + deadline_s
-        self.closed = False
-        self.ok = False
-        self.failed = False
-        self.end = math.nan
-        self.fail_reason = ""  # deadline, or the outcome of the failing step's last call
-        self.fail_step = ""  # the step that failed the run (at the deadline: one still running)
-        self.running = ""  # the step started last (what the deadline interrupts)
-        self.cost = 0.0
-        self.tokens = 0
-        self.calls = 0
-        self.active: set[simpy.Process] = set()
-        self.edge_done = False  # the edge answered (failed) while its work runs on (orphan)
-        self.given_up_at = math.inf  # when the edge gave up (deadline, disconnect)
-        self.first_signal = math.nan  # arrival to the first token of a first step's answer
-        self.refused_retries = 0  # attempts after a step's first refused for lack of time
-        self.refused_starts = 0  # steps' first attempts refused for lack of time
-        self.remaining = list(workflow.waiting_for)
-        self.unresolved = len(self.remaining)
-        # answers: is each step's answer valid (its own and everything it was built on)
-        self.valid_steps = [True] * self.unresolved
-        self.answered = 0  # steps with an accepted answer
-        self.quality_sum = 0.0  # sum of the answering models' quality
-        self.valid = False  # set at the end: every required answer valid
-        self.quality = math.nan  # set at the end of a delivered run
-        self.valid_hit = False  # on time, every required answer valid, quality >= the floor
-        self.drafts_kept = 0
-        self.drafts_upgraded = 0
-
-
-@dataclass
-class Records:
-    """What one simulation produced: every run and every call, as objects (tables come later)."""
-
-    policy: str
-    runs: list[Run]
-    calls: list[Call]
-    #: Seconds any provider's breaker was open (0 without a breaker).
-    breaker_open_s: float = 0.0
-    #: Tool steps' action records (empty without tool steps).
-    actions: list[Action] = field(default_factory=list)
-
-
 #: Cyclic-GC thresholds while a simulation runs (at least these; restored after).
 GC_THRESHOLDS = (100_000, 50, 50)
 
@@ -236,7 +150,7 @@ class Simulation:
             and self.rules.expected is None
             for s in self.workflow.steps
         ]
-        self.tools = ToolDesk(self)
+        self.tools = ToolDesk(self.env, self.bank, self.rules, self.workflow.steps, self.actions)
         disconnect = scenario.customers.disconnect
         self._disconnect_p = disconnect.probability if disconnect is not None else 0.0
         self._disconnect_after = (

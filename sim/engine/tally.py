@@ -36,7 +36,7 @@ from sim.analysis.metrics import (
     count_row,
     requests_frame,
 )
-from sim.engine.simulation import Records, Simulation
+from sim.engine.simulation import Simulation
 from sim.model.provider import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -45,7 +45,8 @@ from sim.model.provider import (
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
 )
-from sim.policy.actions import Action, action_counts, actions_frame
+from sim.model.rows import Action, Records
+from sim.policy.actions import action_counts, actions_frame
 from sim.policy.deadlines import BUDGETS
 
 #: Call outcomes counted per policy (summary) and per provider (breakdown).

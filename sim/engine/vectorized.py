@@ -25,7 +25,7 @@ import pandas as pd
 from scipy.special import ndtri
 
 from sim.analysis.metrics import CALL_COLUMNS, REQUEST_COLUMNS
-from sim.engine.simulation import FAIL_DEADLINE, Simulation, serving_latencies
+from sim.engine.simulation import Simulation, serving_latencies
 from sim.model.config import Scenario
 from sim.model.hardness import Hardness, hard_tokens
 from sim.model.latency import (
@@ -51,6 +51,7 @@ from sim.model.provider import (
     OUTCOME_TIMEOUT,
     OUTCOMES,
 )
+from sim.model.rows import FAIL_DEADLINE
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step, Workflow
 from sim.policy.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY

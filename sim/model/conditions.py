@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.analysis.analytic import lognormal_params
 from sim.model.config import DifficultySpec, EpisodesSpec
+from sim.model.latency import lognormal_params
 
 
 def slowdown_factor(a: float, k: float, utilisation: float) -> float:

@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from sim.analysis.analytic import lognormal_params
 from sim.model.config import DistSpec, ServingSpec
+
+#: z-score of the 99th percentile of a standard normal, used by (median, p99) parametrisations.
+Z99 = float(ndtri(0.99))
+
+
+def lognormal_params(median: float, p99: float) -> tuple[float, float]:
+    """Return (mu, sigma) of the lognormal whose median and 99th percentile are given."""
+    if not (median > 0 and p99 > median):
+        raise ValueError(f"need 0 < median < p99, got median={median}, p99={p99}")
+    return math.log(median), (math.log(p99) - math.log(median)) / Z99
 
 
 class Distribution:

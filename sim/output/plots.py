@@ -28,6 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from sim.analysis.reading import pareto_frontier
 from sim.model.words import plural
 from sim.output.overlap import ecdf_twins, legend_handle, point_twins
 
@@ -221,19 +222,6 @@ def ecdf_figure(
     _legend(fig, colors, twins=_ecdf(ax, requests, order, colors, deadline_s, log=True))
     fig.suptitle(title or "End-to-end latency per policy")
     return fig
-
-
-def pareto_frontier(cost: np.ndarray, hit: np.ndarray) -> np.ndarray:
-    """Indices of the points no other point beats on both (cheaper per success and a higher hit
-    rate), sorted by cost: the Pareto frontier."""
-    finite = np.flatnonzero(np.isfinite(cost) & np.isfinite(hit))
-    order = finite[np.lexsort((-hit[finite], cost[finite]))]
-    frontier, best = [], -np.inf
-    for i in order:
-        if hit[i] > best:
-            frontier.append(i)
-            best = hit[i]
-    return np.array(frontier, dtype=int)
 
 
 def pareto_figure(summary: pd.DataFrame, title: str = "", keys: Sequence[str] = ()) -> Figure:

@@ -285,7 +285,7 @@ class SweepStore:
 
 def save_sweep(result: SweepResult, folder: Path, figures: bool = True) -> Path:
     """Store a SweepResult computed in memory (the Python API's `result.save(dir)`)."""
-    from sim import __version__  # noqa: PLC0415
+    from sim.model.version import __version__  # noqa: PLC0415
 
     assert result.scenario is not None
     policies = sorted(set(result.summary["policy"]), key=list(result.summary["policy"]).index)

@@ -10,28 +10,43 @@ commits again: a duplicate; with an idempotency key the remote recognises the se
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 import simpy
 
 from sim.model.latency import Distribution, build_distribution
+from sim.model.rows import CONFIRMED, FAILED, SUBMITTED, UNKNOWN, Action
 from sim.policy.deadlines import admits
 
 if TYPE_CHECKING:
-    from sim.engine.simulation import Records, Simulation, _StepRun
+    from sim.model.rows import Records, Run
+    from sim.model.streams import CallDrawBank
+    from sim.model.workflow import Step
+    from sim.policy.deadlines import DeadlineRules
 
-# States of an action record (the `state` column of actions.parquet).
-PLANNED = "planned"  # recorded, never sent (refused for lack of time, or the run closed)
-SUBMITTED = "submitted"  # sent, the workflow is waiting for the answer
-CONFIRMED = "confirmed"  # the remote's confirmation reached the workflow
-FAILED = "failed"  # the remote refused it (transient error): nothing was committed
-UNKNOWN = "unknown"  # the workflow stopped waiting after the submit: to be reconciled
-STATES = (PLANNED, SUBMITTED, CONFIRMED, FAILED, UNKNOWN)
+
+class ToolStepRun(Protocol):
+    """What a tool step needs of the engine's handle on it (the engine's step run provides it)."""
+
+    step: Step
+    run: Run
+    last_outcome: str
+
+    @property
+    def time_left(self) -> float:
+        """Seconds until the request's deadline."""
+        ...
+
+    def limit(self, own: float | None, attempt_budget: float | None) -> tuple[float | None, str]:
+        """Seconds this attempt may last and the budget that binds (None: no limit)."""
+        ...
+
+    def refuse(self, attempt: int, sdk: int = 0) -> None:
+        """Count an attempt refused for lack of time."""
+        ...
 
 ACTION_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "idempotency_key", "planned_s",
@@ -40,37 +55,25 @@ ACTION_COLUMNS = (
 )  # fmt: skip
 
 
-@dataclass(slots=True)
-class Action:
-    """One submit (or planned submit) of a tool step; becomes one row of actions.parquet."""
-
-    run: Any  # the engine's Run
-    step: str
-    attempt: int
-    key: str  # idempotency key ("" when the tool is not idempotent)
-    planned: float
-    submitted: float = math.nan
-    committed: float = math.nan  # when the remote committed this submit's effect (NaN: none)
-    answered: float = math.nan  # when its confirmation or refusal reached the workflow
-    state: str = PLANNED
-    recognised: bool = False  # the remote knew the key: no new effect, the first one stands
-    duplicate: bool = False  # a second (or later) effect of the same request's step
-    late: bool = False  # committed after its run's deadline
-    ended_by: str = ""  # what stopped the workflow waiting (a budget, the deadline, ...)
-
-
 class ToolDesk:
     """The tool steps of one simulation and the remote systems behind them: which idempotency
     keys each remote has seen and how many effects each request's step has had."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        bank: CallDrawBank,
+        rules: DeadlineRules,
+        steps: tuple[Step, ...] | list[Step],
+        actions: list[Action],
+    ) -> None:
         # what it needs of the simulation, not the simulation itself: no reference cycle, so
         # a finished simulation and its records are freed at once, not by the cycle collector
-        self.env = sim.env
-        self.bank = sim.bank
-        self.rules = sim.rules
-        self.steps = sim.workflow.steps
-        self.actions = sim.actions
+        self.env = env
+        self.bank = bank
+        self.rules = rules
+        self.steps = steps
+        self.actions = actions
         self.keys: set[str] = set()
         self.effects: dict[tuple[int, str], int] = {}
         self.laws: dict[str, tuple[Distribution, Distribution]] = {}
@@ -84,7 +87,7 @@ class ToolDesk:
             self.laws[step_id] = law
         return law
 
-    def execute(self, handle: _StepRun) -> Generator[simpy.Event, Any, bool]:
+    def execute(self, handle: ToolStepRun) -> Generator[simpy.Event, Any, bool]:
         """Run a tool step: submit, wait for the answer within the step's limits, re-submit
         only after a refusal (transient) or, when idempotent, after an unknown outcome."""
         step, run, env = handle.step, handle.run, self.env

@@ -28,7 +28,7 @@ from sim.analysis.metrics import (
 )
 from sim.analysis.timeseries import timeseries
 from sim.engine.choice import DES, VECTORIZED, vectorized_in_chunks, vectorized_tables
-from sim.engine.simulation import Records, Simulation, serving_latencies
+from sim.engine.simulation import Simulation, serving_latencies
 from sim.engine.tally import PolicyTally, SettledRuns
 from sim.engine.tally import breakdown_table as tally_breakdown
 from sim.engine.tally import summary_table as tally_summary
@@ -36,6 +36,7 @@ from sim.engine.vectorized import VectorTables, clock_arrivals
 from sim.model.arrivals import arrival_times, bursts
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
+from sim.model.rows import Records
 from sim.model.streams import CallDrawBank, Streams, WindowedDrawBank
 from sim.model.workflow import Workflow
 from sim.policy.actions import actions_frame, no_actions

@@ -34,7 +34,6 @@ from sim.analysis.analytic import (
     erlang_c,
     hedge_sf,
     littles_law_l,
-    lognormal_params,
     lognormal_sf,
     mmc_mean_in_system,
     mmc_mean_wait,
@@ -43,6 +42,7 @@ from sim.analysis.analytic import (
     race_sf,
 )
 from sim.model.config import Scenario
+from sim.model.latency import lognormal_params
 from sim.model.scenario import scenario_from_dict
 from sim.study.runner import RunResult, run
 

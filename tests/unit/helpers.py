@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.metrics import calls_frame, requests_frame
-from sim.engine.simulation import Records, Simulation
+from sim.engine.simulation import Simulation
 from sim.model.config import Scenario
 from sim.model.latency import ERROR, INVALID, OK, CallDraws, CallLatency
+from sim.model.rows import Records
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow

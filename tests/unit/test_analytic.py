@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.analysis.analytic import (
-    Z99,
     all_fail,
     batch_means_se,
     binomial_se,
@@ -24,7 +23,6 @@ from sim.analysis.analytic import (
     fenton_wilkinson,
     hedge_sf,
     littles_law_l,
-    lognormal_params,
     lognormal_quantile,
     lognormal_sf,
     mmc_mean_in_system,
@@ -35,6 +33,7 @@ from sim.analysis.analytic import (
     sum_sf_single_big_jump,
     wilson_interval,
 )
+from sim.model.latency import Z99, lognormal_params
 
 MU, SIGMA = lognormal_params(1.0, 5.0)
 

@@ -29,8 +29,9 @@ import sim
 from sim.analysis.metrics import SUMMARY_METRICS, summarize
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
+from sim.model.rows import CONFIRMED, PLANNED, UNKNOWN
 from sim.model.scenario import scenario_from_dict
-from sim.policy.actions import CONFIRMED, PLANNED, UNKNOWN, actions_frame
+from sim.policy.actions import actions_frame
 from sim.policy.deadlines import rules_for
 from sim.policy.perstep import effective_specs
 

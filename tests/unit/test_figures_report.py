@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 import sim
 from sim.analysis.aggregate import aggregate_replications
-from sim.analysis.reading import read_policies
+from sim.analysis.reading import pareto_frontier, read_policies
 from sim.cli import main
 from sim.model.scenario import scenario_from_dict
-from sim.output.plots import folder_figures, pareto_frontier, policy_colors
+from sim.output.plots import folder_figures, policy_colors
 
 
 @pytest.fixture(scope="module")
