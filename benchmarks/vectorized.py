@@ -19,7 +19,8 @@ from scipy.special import ndtri
 
 import sim
 from sim.engine.simulation import serving_latencies
-from sim.engine.vectorized import simulate, tables
+from sim.engine.vector_tables import tables
+from sim.engine.vectorized import simulate
 from sim.model.arrivals import arrival_times
 from sim.model.latency import LogNormal
 from sim.model.streams import CallDrawBank, Streams

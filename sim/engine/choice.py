@@ -15,7 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from sim.engine.qualify import LimitWatch, limit_that_binds, qualifies
-from sim.engine.vectorized import UnsupportedError, VectorTables, simulate, tables
+from sim.engine.vector_calls import UnsupportedError
+from sim.engine.vector_tables import VectorTables, tables
+from sim.engine.vectorized import simulate
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.latency import CallLatency

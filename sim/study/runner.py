@@ -32,7 +32,8 @@ from sim.engine.simulation import Simulation, serving_latencies
 from sim.engine.tally import PolicyTally, SettledRuns
 from sim.engine.tally import breakdown_table as tally_breakdown
 from sim.engine.tally import summary_table as tally_summary
-from sim.engine.vectorized import VectorTables, clock_arrivals
+from sim.engine.vector_tables import VectorTables
+from sim.engine.vectorized import clock_arrivals
 from sim.model.arrivals import arrival_times, bursts
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError

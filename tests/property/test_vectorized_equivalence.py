@@ -25,7 +25,8 @@ import sim
 from sim.analysis.metrics import calls_frame, requests_frame
 from sim.engine.qualify import qualifies
 from sim.engine.simulation import Simulation
-from sim.engine.vectorized import simulate, tables
+from sim.engine.vector_tables import tables
+from sim.engine.vectorized import simulate
 from sim.model.arrivals import arrival_times
 from sim.model.config import Scenario
 from sim.model.scenario import scenario_from_dict

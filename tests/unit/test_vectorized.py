@@ -27,7 +27,8 @@ from sim.cli import main
 from sim.engine import qualify
 from sim.engine.choice import vectorized_tables
 from sim.engine.simulation import Simulation
-from sim.engine.vectorized import VectorizedSimulation, simulate, tables
+from sim.engine.vector_tables import tables
+from sim.engine.vectorized import VectorizedSimulation, simulate
 from sim.model.arrivals import arrival_times
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError

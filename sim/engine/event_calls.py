@@ -1,0 +1,396 @@
+"""A call's life inside the event engine: from a policy's attempt to a recorded `Call`.
+
+`EventCalls` is the part of `sim.engine.simulation.Simulation` that makes one policy attempt:
+its limits (step budgets, a reserve, admission; only off the fast path), its draws from the
+bank (common random numbers: first token, generation, stall, outcome; the request's difficulty,
+a hard request's junk and longer answer, the answer's length cut at `max_tokens`), the call on
+its provider, the answer's check (truncation, the step's validator), its record and the label
+of what cut it, the SDK's hidden retries, and the load-aware controls' gate around it. The
+attempt's handle is a `StepHandle` (`sim.engine.event_steps`). This is the engine's hot path:
+`_call` writes a few steps out inline on purpose (see its comments).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.engine.event_steps import Flight, StepHandle
+from sim.model.backoff import retry_wait
+from sim.model.conditions import difficulty_factors
+from sim.model.config import Scenario, ValidatorSpec
+from sim.model.hardness import Hardness, hard_tokens
+from sim.model.latency import U_OUTCOME, CallDraws, CallLatency, LogNormal
+from sim.model.provider import (
+    OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
+    OUTCOME_INVALID,
+    OUTCOME_OK,
+    OUTCOME_RATE_LIMITED,
+    OUTCOME_TIMEOUT,
+    OUTCOME_TRUNCATED,
+    Call,
+    Environment,
+    Provider,
+)
+from sim.model.rows import Run
+from sim.model.streams import CallDrawBank, Streams
+from sim.model.workflow import Step, Workflow
+from sim.policy.controls import OUTCOME_BREAKER_OPEN, Controls
+from sim.policy.deadlines import BY_ADMISSION, BY_ATTEMPT, DeadlineRules
+from sim.policy.kinds import Attempt
+
+
+class EventCalls:
+    """A call's life in the event engine (a mixin of `Simulation`)."""
+
+    # The state this job reads, set by `Simulation.__init__` (and `_setup_calls` below).
+    env: Environment
+    bank: CallDrawBank
+    workflow: Workflow
+    latencies: dict[tuple[str, str], CallLatency]
+    providers: dict[str, Provider]
+    rules: DeadlineRules
+    controls: Controls | None
+    calls: list[Call]
+    keeps_flights: bool
+    difficulty: list[float] | None
+    hardness: Hardness | None
+    lengths: dict[str, LogNormal]
+    shaped_steps: list[bool]
+    _slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float]]
+
+    def _setup_calls(self, scenario: Scenario, streams: Streams, bank: CallDrawBank) -> None:
+        """What shapes every call's draws, looked up once per simulation."""
+        #: Per-request difficulty factors (None: off), one stream for every policy.
+        self.difficulty = None
+        if scenario.difficulty is not None:
+            rng = streams.generator("difficulty")
+            self.difficulty = difficulty_factors(scenario.difficulty, rng, bank.n_requests)
+        #: Hard requests (None: off): more junk and longer answers on every attempt of one.
+        self.hardness = Hardness.of(scenario, self.latencies)
+        self.lengths = {
+            s.id: LogNormal.from_median_p99(s.length.median, s.length.p99)
+            for s in self.workflow.steps
+            if s.length is not None
+        }
+        #: Per step index: the answer's length is drawn or capped per call (else it is fixed).
+        self.shaped_steps = [
+            s.length is not None or s.max_tokens is not None for s in self.workflow.steps
+        ]
+        #: Per call slot (provider, model, step index, attempt, re-send, SDK retry): its draws
+        #: from the bank and its prefill seconds, looked up once per slot, not once per call.
+        self._slots = {}
+
+    def _call(
+        self, handle: StepHandle, attempt: int, plan: Attempt
+    ) -> Generator[simpy.Event, Any, Call | None]:
+        """One policy attempt: a call on its provider (its answer truncated at `max_tokens` and
+        passed through the step's validator), then the SDK's own retries, if any."""
+        run = handle.run
+        if run.closed:
+            return None
+        limits = _NO_LIMITS
+        if not handle.plain:  # budgets, a reserve or admission: how long may this attempt run?
+            limits = self._limits(handle, attempt, plan)
+            if limits is None:  # refused: the time left cannot fund it
+                return None
+            if limits.give_up_after != plan.give_up_after:
+                plan = Attempt(plan.provider, plan.model, limits.give_up_after)
+        provider = self.providers[plan.provider]
+        call, ttft, generation, stall, drawn, truncated = self._prepare(
+            handle, provider, attempt, plan, 0
+        )
+        process = self.env.active_process
+        run.active.add(process)
+        try:
+            if handle.plain:
+                yield from provider.call(call, ttft, generation, stall, drawn, plan.give_up_after)
+            else:
+                yield from provider.call(
+                    call, ttft, generation, stall, drawn, plan.give_up_after,
+                    limits.queue, limits.start_by, limits.service,
+                )  # fmt: skip
+            if truncated or handle.step.validator is not None:
+                yield from self._check_answer(handle, call, truncated)
+            run.calls += 1  # as `_record`, written out on the hot path
+            run.cost += call.cost
+            run.tokens += call.billed_input + call.billed_output
+            self.calls.append(call)
+            if call.ended_by or call.outcome == OUTCOME_TIMEOUT:  # else `_label` does nothing
+                self._label(handle, call, attempt, limits.by)
+            if provider.sdk_retries:
+                call = yield from self._sdk_retries(handle, provider, attempt, plan, call, limits)
+        finally:
+            run.active.discard(process)
+        handle.last_outcome = call.outcome
+        if call.outcome == OUTCOME_OK:
+            handle.answer = call
+            if math.isnan(run.end):  # the run's first useful signal: its earliest first token
+                signal = call.start + call.queue + call.ttft - run.arrival
+                if not signal >= run.first_signal:  # True while first_signal is NaN
+                    run.first_signal = signal
+        return call
+
+    def _limits(self, handle: StepHandle, attempt: int, plan: Attempt) -> _Limits | None:
+        """How long an attempt starting now may run and which budget binds, or None (counted)
+        when it is refused: no time left at all, or (admission) too little to finish."""
+        limit, by = handle.limit(plan.give_up_after, None)
+        if limit is not None and limit <= 0:  # no time left at all: start nothing
+            handle.refuse(attempt)
+            return None
+        if not handle.admits(0.0, attempt):  # cannot finish in the time left
+            return None
+        expected = self.rules.expected
+        start_by = math.inf  # picked up later, it cannot finish in time: it refuses
+        if expected is not None:
+            start_by = min(handle.known_end, handle.step_end) - expected[handle.step.id]
+        step = handle.step
+        return _Limits(limit, step.queue_budget_s, start_by, by, step.attempt_budget_s)
+
+    @staticmethod
+    def _label(handle: StepHandle, call: Call, attempt: int, by: str) -> None:
+        """Name the budget that cut a call, and count a call refused at pickup."""
+        if call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
+            call.ended_by = by
+        elif call.ended_by == BY_ADMISSION:
+            handle.refuse(attempt, call.sdk_retry)
+
+    def _controlled_call(
+        self, handle: StepHandle, attempt: int, plan: Attempt
+    ) -> Generator[simpy.Event, Any, Call | None]:
+        """`_call` under load-aware controls: refused while the provider's breaker is open (no
+        call is made), queued at the client under an AIMD limit, and learnt from."""
+        controls = self.controls
+        assert controls is not None
+        run, provider = handle.run, plan.provider
+        if run.closed:
+            return None
+        if controls.refuses(provider):
+            step = handle.step
+            call = Call(
+                run, step.id, attempt, provider, plan.model, self.env.now,
+                step.input_tokens, step.output_tokens, queue=0.0, end=self.env.now,
+                outcome=OUTCOME_BREAKER_OPEN,
+            )  # fmt: skip
+            handle.last_outcome = call.outcome
+            return call
+        gate = controls.acquire(provider)
+        if gate is not None:  # over the AIMD limit: wait at the client (cancellable)
+            process = self.env.active_process
+            run.active.add(process)
+            try:
+                yield gate
+            except simpy.Interrupt:
+                controls.abandon(provider, gate)
+                return None
+            finally:
+                run.active.discard(process)
+            if run.closed:
+                controls.release(provider)
+                return None
+        if attempt == 0:
+            controls.primary_sent()
+        try:
+            call = yield from self._call(handle, attempt, plan)
+        finally:
+            controls.release(provider)
+        if call is not None:
+            controls.attempt_ended(call)
+        return call
+
+    def _prepare(
+        self, handle: StepHandle, provider: Provider, attempt: int, plan: Attempt, sdk: int
+    ) -> tuple[Call, float, float, float, int, bool]:
+        """A call about to be sent and its draws (common random numbers): first token (plus
+        prefill), generation (times the request's difficulty, scaled to this call's drawn
+        answer length, longer on a hard request), stall, drawn outcome (a hard request's junk
+        rate); and whether the answer will be truncated."""
+        run, step = handle.run, handle.step
+        resend = run.resend
+        slot = self._slots.get((plan.provider, plan.model, step.index, attempt, resend, sdk))
+        if slot is None:
+            slot = self._slot(step, attempt, plan, resend, sdk)
+        draws, prefill = slot
+        i = run.index
+        ttft, generation = draws.ttft[i], draws.generation[i]
+        if self.difficulty is not None:
+            ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
+        if prefill:  # prefill grows with the prompt
+            ttft += prefill
+        drawn, scale = draws.outcome[i], 1.0
+        hardness, bank = self.hardness, self.bank
+        if hardness is not None and plan.model in hardness.effects and hardness.is_hard(bank, i):
+            v = bank.uniforms(step.id, attempt, resend, sdk)[i, U_OUTCOME]
+            drawn = hardness.outcome((plan.provider, plan.model), v, drawn)
+            scale = hardness.length(plan.model)
+        tokens = step.output_tokens
+        truncated = False
+        if self.shaped_steps[step.index] or scale != 1.0:
+            length = self.lengths.get(step.id)
+            if length is not None:  # this call's answer length; generation time scales with it
+                u = self.bank.length_uniforms(step.id, attempt, resend)[i]
+                tokens = hard_tokens(float(length.from_uniform(np.asarray([u]))[0]), scale)
+                generation *= tokens / step.output_tokens
+            elif scale != 1.0:  # a hard request's longer answer
+                tokens = hard_tokens(step.output_tokens, scale)
+                generation *= tokens / step.output_tokens
+            truncated = step.max_tokens is not None and tokens > step.max_tokens
+            if truncated:
+                generation *= step.max_tokens / tokens  # type: ignore[operator]
+                tokens = step.max_tokens  # type: ignore[assignment]
+        call = Call(
+            run,
+            step.id,
+            attempt,
+            plan.provider,
+            plan.model,
+            self.env.now,
+            step.input_tokens,
+            tokens,
+            reserved=step.reserved_output,
+        )
+        if sdk:
+            call.sdk_retry = sdk
+        if provider.spell_error_rate > 0:
+            call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, resend, sdk)
+        stall = draws.stall[i]
+        if self.keeps_flights:
+            handle.flights[attempt] = Flight(call, ttft, generation, stall)
+        return call, ttft, generation, stall, drawn, truncated
+
+    def _slot(
+        self, step: Step, attempt: int, plan: Attempt, resend: int, sdk: int
+    ) -> tuple[CallDraws, float]:
+        """Look up a call slot's draws in the bank (and its prefill seconds) and keep them."""
+        path = (plan.provider, plan.model)
+        latency = self.latencies[path]
+        draws = self.bank.draws(step.id, attempt, resend, path, latency, step.output_tokens, sdk)
+        prefill = latency.ttft_s_per_ktok * step.input_tokens / 1000
+        slot = (draws, prefill if latency.ttft_s_per_ktok > 0 else 0.0)
+        self._slots[(plan.provider, plan.model, step.index, attempt, resend, sdk)] = slot
+        return slot
+
+    def _check_answer(
+        self, handle: StepHandle, call: Call, truncated: bool
+    ) -> Generator[simpy.Event, Any, None]:
+        """A delivered answer cut at `max_tokens` is truncated (invalid, caught for free); an
+        answer (valid or junk) then goes through the step's validator, if it has one."""
+        if truncated and call.outcome == OUTCOME_OK:
+            call.outcome = OUTCOME_TRUNCATED
+        validator = handle.step.validator
+        if validator is not None and call.outcome in (OUTCOME_OK, OUTCOME_INVALID):
+            latency = self.latencies[(call.provider, call.model)]
+            yield from self._validate(handle.run, call, validator, latency, call.attempt)
+
+    def _record(self, run: Run, call: Call) -> None:
+        """Add an ended call to its run's totals and to the records."""
+        run.calls += 1
+        run.cost += call.cost
+        run.tokens += call.billed_input + call.billed_output
+        self.calls.append(call)
+
+    def _sdk_retries(
+        self,
+        handle: StepHandle,
+        provider: Provider,
+        attempt: int,
+        plan: Attempt,
+        call: Call,
+        limits: _Limits,
+    ) -> Generator[simpy.Event, Any, Call]:
+        """The SDK's hidden retries inside one policy attempt: after a 429 or a hard error it
+        waits (Retry-After up to its cap, else its backoff) and calls again, up to
+        `sdk.retries` times. It gives up early when the wait would pass the policy's cut or the
+        deadline, or when the attempt is cancelled while it waits; with admission, also when
+        the time left cannot fund the wait and an attempt (counted as a refused retry)."""
+        run, env = handle.run, self.env
+        backoff = provider.sdk.backoff
+        began = call.start
+        for j in range(1, provider.sdk_retries + 1):
+            if run.closed or call.outcome not in (OUTCOME_RATE_LIMITED, OUTCOME_ERROR):
+                break
+            u = self.bank.uniform(run.index, "sdk-backoff", handle.step.id, attempt, run.resend, j)
+            wait = retry_wait(backoff, j, u, call.retry_after)
+            left = None
+            if plan.give_up_after is not None:
+                left = plan.give_up_after - (env.now - began) - wait
+                if left <= 0:
+                    break  # the policy's cut comes first: the attempt ends with this failure
+            if wait >= handle.time_left:
+                break
+            if not handle.admits(wait, attempt, j):
+                break
+            if wait > 0:
+                try:
+                    yield env.timeout(wait)
+                except simpy.Interrupt:  # cancelled while the SDK slept
+                    break
+            if run.closed:
+                break
+            call, ttft, generation, stall, drawn, truncated = self._prepare(
+                handle, provider, attempt, plan, j
+            )
+            try:
+                if handle.plain:
+                    yield from provider.call(call, ttft, generation, stall, drawn, left)
+                else:
+                    yield from provider.call(
+                        call, ttft, generation, stall, drawn, left,
+                        limits.queue, limits.start_by, limits.service,
+                    )  # fmt: skip
+                if truncated or handle.step.validator is not None:
+                    yield from self._check_answer(handle, call, truncated)
+            finally:
+                self._record(run, call)
+            self._label(handle, call, attempt, limits.by)
+        return call
+
+    def _validate(
+        self, run: Run, call: Call, validator: ValidatorSpec, latency: CallLatency, attempt: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """The step's validator checks an answer: it takes `latency_s`, costs `cost`, and
+        rejects an invalid answer with probability `catches` (the rest pass as if valid)."""
+        call.cost += validator.cost
+        if validator.latency_s > 0:
+            try:
+                yield self.env.timeout(validator.latency_s)
+            except simpy.Interrupt as stop:
+                call.outcome, call.ended_by = OUTCOME_CANCELLED, str(stop.cause)
+                call.end = self.env.now
+                return
+            call.end = self.env.now
+        if call.outcome != OUTCOME_INVALID:
+            return
+        # where this call's outcome uniform fell inside the invalid band: uniform on [0, 1),
+        # independent of everything else, and common to every policy
+        block = self.bank.uniforms(call.step, attempt, run.resend, call.sdk_retry)
+        v = float(block[run.index, U_OUTCOME])
+        band = latency.invalid_rate  # the invalid band's width (a hard request's junk rate)
+        if self.hardness is not None:
+            band = self.hardness.junk_rate((call.provider, call.model), self.bank, run.index, band)
+        w = (v - latency.error_rate) / band if band > 0 else 0.0
+        if not w < validator.catches:
+            call.outcome, call.valid = OUTCOME_OK, False
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """An attempt's limits when a budget, a reserve or admission is set (see `Provider.call`):
+    its cut, its queue budget, the latest pickup that can still finish, the budget that binds
+    the cut (its `ended_by`), and its service budget from the slot grant."""
+
+    give_up_after: float | None = None
+    queue: float | None = None
+    start_by: float = math.inf
+    by: str = BY_ATTEMPT
+    service: float | None = None
+
+
+#: The limits of an attempt on the fast path (no budget, reserve or admission).
+_NO_LIMITS = _Limits()

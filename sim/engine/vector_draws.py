@@ -1,0 +1,202 @@
+"""The vectorized engine's draws: one call slot's calls for many requests, lived uninterrupted.
+
+`VectorDraws` is the part of `sim.engine.vectorized.VectorizedSimulation` that turns the draw
+bank's uniforms (`CallDrawBank.uniforms`, the same named streams as the event engine) into a call
+slot's first token, generation, stall and drawn outcome for a set of requests, transformed as
+`CallLatency.draw` does and checked against it on the first rows of every slot (a changed law
+must not go unseen), with a hard request's junk and longer answer; and then that slot's
+uninterrupted life as `Provider.call` lives it with a free slot: its natural end, or its cut at
+the policy's give-up. What cancels it and how it is billed is `sim.engine.vector_calls`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import ndtri
+
+from sim.engine.vector_calls import (
+    DRAWN_OUTCOME,
+    K_CUT,
+    K_NATURAL,
+    K_UNSERVED,
+    O_TIMEOUT,
+    UnsupportedError,
+)
+from sim.model.hardness import Hardness, hard_tokens
+from sim.model.latency import (
+    ERROR,
+    INVALID,
+    OK,
+    U_OUTCOME,
+    U_SPEED,
+    U_STALL,
+    U_STALL_EXTRA,
+    U_TTFT,
+    UNIFORMS_PER_CALL,
+    CallLatency,
+    Distribution,
+    LogNormal,
+)
+from sim.model.provider import _SAME_INSTANT
+from sim.model.streams import CallDrawBank
+from sim.model.workflow import Step
+from sim.policy.kinds import Attempt
+
+#: Rows of each draw block checked against `CallLatency.draw` itself (a changed law falls back).
+_PROBE_ROWS = 16
+#: A call slot needed by at most one request in this many draws only those requests' uniforms
+#: (a jump and a draw per row costs about what drawing this many rows does).
+_SPARSE_ROWS = 200
+
+
+class VectorDraws:
+    """A call slot's draws and uninterrupted life in the vectorized engine (a mixin of
+    `VectorizedSimulation`)."""
+
+    # The state this job reads, set by `VectorizedSimulation.__init__`.
+    bank: CallDrawBank
+    latencies: dict[tuple[str, str], CallLatency]
+    hardness: Hardness | None
+    _hard: np.ndarray | None
+    _probed: set[tuple[str, int, str, str, int]]
+
+    def _draws(
+        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(first token, generation, which rows stall, their stalls, drawn outcome) of this call
+        slot for `rows`: the bank's uniforms transformed as `CallLatency.draw` does (checked
+        against it). Only the columns used are gathered, and only the stalled rows' extra."""
+        latency = self.latencies[(plan.provider, plan.model)]
+        block = self._uniforms(step.id, attempt, rows)
+        aligned = len(rows) == len(block)  # row i of the block is rows[i] (sorted, unique)
+
+        def column(c: int, which: np.ndarray | None = None) -> np.ndarray:
+            if which is None:
+                return block[:, c] if aligned else block[rows, c]
+            return block[which if aligned else rows[which], c]
+
+        ttft = _transform(latency.ttft, column(U_TTFT))
+        generation = _transform(latency.tokens_per_s, column(U_SPEED))
+        np.maximum(generation, 1e-9, out=generation)
+        np.divide(step.output_tokens, generation, out=generation)
+        if latency.stall_extra is not None and latency.stall_probability > 0:
+            stalled = np.flatnonzero(column(U_STALL) < latency.stall_probability)
+            extra = latency.stall_extra.from_uniform(column(U_STALL_EXTRA, stalled))
+        else:
+            stalled, extra = np.zeros(0, dtype=np.int64), np.zeros(0)
+        v = column(U_OUTCOME)
+        drawn = np.full(len(rows), OK, dtype=np.int8)
+        drawn[v < latency.error_rate + latency.invalid_rate] = INVALID
+        drawn[v < latency.error_rate] = ERROR
+        key = (step.id, attempt, plan.provider, plan.model, step.output_tokens)
+        if key not in self._probed:
+            k = min(len(rows), _PROBE_ROWS)
+            stall = np.zeros(k)
+            head = stalled < k
+            stall[stalled[head]] = extra[head]
+            u = block[:k] if aligned else block[rows[:k]]
+            mine = (ttft[:k], generation[:k], stall, drawn[:k])
+            self._probe(latency, u, step.output_tokens, mine)
+            self._probed.add(key)
+        if self._hard is not None and plan.model in self.hardness.effects:  # type: ignore[union-attr]
+            self._harden(plan, rows, v, drawn, generation, step.output_tokens)
+        return ttft, generation, stalled, extra, drawn
+
+    def _harden(
+        self,
+        plan: Attempt,
+        rows: np.ndarray,
+        v: np.ndarray,
+        drawn: np.ndarray,
+        generation: np.ndarray,
+        output_tokens: int,
+    ) -> None:
+        """A hard request's calls on an affected model, in place: outcome from its junk rate,
+        generation scaled to its answer length (as `Simulation._prepare`, `sim.model.hardness`)."""
+        hardness, hard = self.hardness, self._hard[rows]  # type: ignore[index]
+        assert hardness is not None
+        if not hard.any():
+            return
+        hardness.outcomes((plan.provider, plan.model), hard, v, drawn)
+        tokens = hard_tokens(output_tokens, hardness.length(plan.model))
+        if tokens != output_tokens:
+            generation[hard] *= tokens / output_tokens
+
+    def _uniforms(self, step: str, attempt: int, rows: np.ndarray) -> np.ndarray:
+        """The bank's uniform block of this call slot, or only its rows `rows` (in their order)
+        when they are few: drawn from the same stream, jumping over the rows not needed
+        (`_SPARSE_ROWS`), as the bank would draw the whole block. Checked for each slot
+        against a two-row bank of the same streams; otherwise the bank's block."""
+        bank = self.bank
+        if type(bank) is not CallDrawBank or len(rows) * _SPARSE_ROWS > bank.n_requests:
+            return bank.uniforms(step, attempt, 0)
+        generator = bank.streams.generator("call", step, attempt, 0)
+        bits = generator.bit_generator
+        if not isinstance(bits, np.random.PCG64):
+            return bank.uniforms(step, attempt, 0)
+        bits.advance(bank.first * UNIFORMS_PER_CALL)  # a chunk's bank starts at request `first`
+        check = CallDrawBank(bank.streams, 2, bank.first).uniforms(step, attempt, 0)
+        if not np.array_equal(generator.random(check.shape), check):
+            return bank.uniforms(step, attempt, 0)
+        out = np.empty((len(rows), UNIFORMS_PER_CALL))
+        drawn = check.size  # doubles drawn so far (one 64-bit step each)
+        for i, row in enumerate(rows.tolist()):
+            bits.advance(row * UNIFORMS_PER_CALL - drawn)
+            out[i] = generator.random(UNIFORMS_PER_CALL)
+            drawn = (row + 1) * UNIFORMS_PER_CALL
+        return out
+
+    @staticmethod
+    def _probe(
+        latency: CallLatency,
+        u: np.ndarray,
+        output_tokens: int,
+        ours: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """Check the first rows (`u`) against `CallLatency.draw`: a changed law must not go
+        unseen."""
+        theirs = latency.draw(u, output_tokens)
+        expected = (theirs.ttft, theirs.generation, theirs.stall, theirs.outcome)
+        for mine, reference in zip(ours, expected, strict=True):
+            if not np.array_equal(mine, np.asarray(reference, dtype=mine.dtype)):
+                raise UnsupportedError("CallLatency.draw no longer matches the vector transform")
+
+    def _attempt(
+        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, start: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """One call slot started at `start`, uninterrupted (as `Provider.call` with a free slot):
+        (natural end, kind, outcome code, (drawn, ttft, generating) for billing)."""
+        ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows)
+        # service: ttft + generation + stall (summed in that order), ttft alone if it failed
+        service = ttft + generation
+        generating = generation  # ours to change: generation + stall
+        if len(stalled):
+            service[stalled] += extra
+            generating[stalled] += extra
+        np.copyto(service, ttft, where=drawn != OK)
+        give_up = plan.give_up_after
+        kind = np.zeros(len(rows), dtype=np.int8)  # K_NATURAL
+        if give_up is None:
+            natural = np.add(start, service, out=service)
+        elif give_up <= _SAME_INSTANT:  # granted its slot at its give-up instant: cut unserved
+            natural = start.copy()
+            kind.fill(K_UNSERVED)
+        else:
+            cut = np.flatnonzero(service > give_up)
+            natural = np.add(start, service, out=service)
+            natural[cut] = start[cut] + give_up
+            kind[cut] = K_CUT
+        outcome = DRAWN_OUTCOME[drawn]
+        outcome[kind != K_NATURAL] = O_TIMEOUT
+        return natural, kind, outcome, (drawn, ttft, generating)
+
+
+def _transform(dist: Distribution, u: np.ndarray) -> np.ndarray:
+    """`dist.from_uniform(u)` in a fresh array; a lognormal computed in place (the same
+    operations, without their temporaries)."""
+    if type(dist) is LogNormal:
+        z = ndtri(u)
+        z *= dist.sigma
+        z += dist.mu
+        return np.exp(z, out=z)
+    return np.array(dist.from_uniform(u), dtype=float)
