@@ -21,21 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from sim.model.thresholds import (
-    parse_expected,
-    parse_threshold,
-    percentile_of,  # noqa: F401 - re-exported: callers import it here
-)
-
-Path = tuple[str | int, ...]
-
-
-class FieldError(ValueError):
-    """Validation problems, each at a key path below the model that raised them."""
-
-    def __init__(self, path: Path, message: str, *more: tuple[Path, str]) -> None:
-        super().__init__(message)
-        self.problems: list[tuple[Path, str]] = [(path, message), *more]
+from sim.model.errors import FieldError, Path
+from sim.model.thresholds import parse_expected, parse_threshold
 
 
 class Spec(BaseModel):
