@@ -228,8 +228,6 @@ class Scenario(Spec):
 
     @model_validator(mode="after")
     def _hard_requests(self) -> Scenario:
-        from sim.model.hardness import hardness_problems  # noqa: PLC0415 - it imports this module
-
         problems = hardness_problems(self)
         if problems:
             raise FieldError(*problems[0], *problems[1:])
@@ -274,3 +272,31 @@ class Scenario(Spec):
         if step.model is None:
             return ""
         return step.provider or self.serving_providers(step.model)[0]
+
+
+def hardness_problems(scenario: Scenario) -> list[tuple[tuple[str | int, ...], str]]:
+    """Problems of the hardness keys, each with its key path: a model's `when_hard` without
+    `hardness` (it would change nothing), and a hard junk rate that leaves a serving no room
+    (its `error_rate` + `when_hard.invalid_rate` must be < 1)."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for name, model in scenario.models.items():
+        when = model.when_hard
+        if when is None:
+            continue
+        where = ("models", name, "when_hard")
+        if scenario.hardness is None:
+            message = "set, but no request is hard: add `hardness: {share: ...}` at the top level"
+            problems.append((where, message))
+        if when.invalid_rate is None:
+            continue
+        for provider, spec in scenario.providers.items():
+            serving = spec.serves.get(name)
+            if serving is not None and serving.error_rate + when.invalid_rate >= 1:
+                problems.append(
+                    (
+                        (*where, "invalid_rate"),
+                        f"providers.{provider}.serves.{name}.error_rate + this must be < 1, got "
+                        f"{serving.error_rate + when.invalid_rate:g}",
+                    )
+                )
+    return problems
