@@ -1,13 +1,13 @@
 """The scenario's typed, frozen configuration: field rules and cross-references, no I/O.
 
-One module per subject, each importing only those listed before it (no circles):
-`base` (the strict base spec and the shared field types), `providers` (providers, models and
-latency laws), `workflow` (steps and tools), `policies` (policy kinds, deadline keys and
-admission, load-aware controls), `references` (cross-reference checks on plain data) and
-`scenario` (the root: arrivals, customers, sweeps, hard requests, `Scenario` and its
-validators). This package presents their public names, so `from sim.model.config import X`
-is how the rest of `sim` reads the format. Loading YAML, reading referenced files and
-formatting errors live in `sim.model.scenario`.
+One module per subject, each importing only those listed before it (no circles): `base` (the
+strict base spec and the shared field types), `providers` (providers, models and latency laws),
+`workflow` (steps and tools), `policies` (policy kinds, deadline keys and admission, load-aware
+controls), `perstep` (a policy's per-step entries flattened to plain specs), `references`
+(cross-reference checks on plain data) and `scenario` (the root: arrivals, customers, sweeps,
+hard requests, `Scenario` and its validators). This package presents their public names, so
+`from sim.model.config import X` is how the rest of `sim` reads the format. Loading YAML,
+reading referenced files and formatting errors live in `sim.model.scenario`.
 """
 
 from sim.model.config.base import (
@@ -19,6 +19,7 @@ from sim.model.config.base import (
     Spec,
     Threshold,
 )
+from sim.model.config.perstep import StepPolicyError, plain_spec
 from sim.model.config.policies import (
     MODEL_FIELDS,
     POLICY_KINDS,
@@ -72,6 +73,8 @@ from sim.model.config.scenario import (
     Scenario,
     SegmentSpec,
     SweepSpec,
+    hardness_problems,
+    step_problems,
 )
 from sim.model.config.workflow import LengthSpec, StepSpec, ToolSpec, ValidatorSpec, WorkflowSpec
 
@@ -127,6 +130,7 @@ __all__ = [
     "Spec",
     "StallSpec",
     "StepOverride",
+    "StepPolicyError",
     "StepSpec",
     "SweepSpec",
     "Threshold",
@@ -135,5 +139,8 @@ __all__ = [
     "WaitPolicy",
     "WhenHardSpec",
     "WorkflowSpec",
+    "hardness_problems",
+    "plain_spec",
     "reference_problems",
+    "step_problems",
 ]

@@ -2,9 +2,10 @@
 
 Owns arrivals, customers (re-sends, disconnects), the pilot, billing of cancelled calls, hard
 requests, sweeps, and `Scenario` itself with the validators that need the whole of it (per-step
-maps, cross-references, hardness, the reserve within the deadline). Loading YAML, reading
-referenced files and formatting errors live in `sim.model.scenario`; this package only says
-what a valid scenario is, so the engine can import it without touching files.
+maps and their entries' problems, cross-references, hardness, the reserve within the
+deadline). Loading YAML, reading referenced files and formatting errors live in
+`sim.model.scenario`; this package only says what a valid scenario is, so the engine can import
+it without touching files.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
 from sim.model.config.base import Name, NonNegativeFloat, PositiveFloat, Probability, Spec
-from sim.model.config.policies import PolicySpec
+from sim.model.config.perstep import StepPolicyError, plain_spec
+from sim.model.config.policies import MODEL_FIELDS, PolicySpec
 from sim.model.config.providers import (
     BackoffSpec,
     DifficultySpec,
@@ -25,7 +27,8 @@ from sim.model.config.providers import (
 )
 from sim.model.config.references import _mapping, _sequence, reference_problems
 from sim.model.config.workflow import StepSpec, WorkflowSpec
-from sim.model.errors import FieldError
+from sim.model.errors import FieldError, Path
+from sim.model.thresholds import expected_step_problems
 
 
 class HardnessSpec(Spec):
@@ -219,8 +222,6 @@ class Scenario(Spec):
     def _check_references(self) -> Scenario:
         problems = reference_problems(self.model_dump())
         if not problems:
-            from sim.policy.perstep import step_problems  # noqa: PLC0415 - it imports this module
-
             problems = step_problems(self)
         if problems:
             raise FieldError(*problems[0], *problems[1:])
@@ -300,3 +301,46 @@ def hardness_problems(scenario: Scenario) -> list[tuple[tuple[str | int, ...], s
                     )
                 )
     return problems
+
+
+def step_problems(scenario: Scenario) -> list[tuple[Path, str]]:
+    """Every problem of the policies' per-step entries, each with its key path."""
+    problems: list[tuple[Path, str]] = []
+    ids = {s.id for s in scenario.workflow.steps}
+    models = set(scenario.models)
+    for name, spec in scenario.policies.items():
+        for step in spec.steps or {}:
+            if step not in ids:
+                problems.append(
+                    (
+                        ("policies", name, "steps", step),
+                        f"unknown step '{step}' (known: {', '.join(sorted(ids))})",
+                    )
+                )
+        for step in sorted(ids):
+            try:
+                plain = plain_spec(scenario.policies, name, step)
+            except StepPolicyError as exc:
+                problems.append((exc.path, exc.message))
+                continue
+            for field in MODEL_FIELDS.get(plain.kind, ()):
+                model = getattr(plain, field)
+                if model is None:
+                    continue
+                where = _where(spec, name, step, field)
+                if model not in models:
+                    problems.append(
+                        (where, f"unknown model '{model}' (known: {', '.join(sorted(models))})")
+                    )
+                elif not scenario.serving_providers(model):
+                    problems.append((where, f"no provider serves model '{model}'"))
+    problems += expected_step_problems(scenario.policies, [s.id for s in scenario.workflow.steps])
+    return list(dict.fromkeys(problems))
+
+
+def _where(spec: Any, name: str, step: str, field: str) -> Path:
+    """Key path of `field` as it applies to `step` (in the step's entry if it has one)."""
+    entry = (spec.steps or {}).get(step)
+    if isinstance(entry, dict):
+        return ("policies", name, "steps", step, field)
+    return ("policies", name, field)
