@@ -60,7 +60,7 @@ from sim.policy.deadlines import (
     attempt_limit,
     rules_for,
 )
-from sim.policy.kinds import Attempt, Policy
+from sim.policy.plans import Attempt, Policy
 
 _INF = math.inf
 #: Cause given to `Process.interrupt` when a call is cancelled.

@@ -55,7 +55,8 @@ from sim.model.rows import FAIL_DEADLINE
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step, Workflow
 from sim.policy.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY
-from sim.policy.kinds import Attempt, Hedge, Policy, Race, Sequential
+from sim.policy.kinds import Hedge, Race, Sequential
+from sim.policy.plans import Attempt, Policy
 
 # Outcome codes: indices into OUTCOMES (the `outcome` column).
 O_OK, O_INVALID, O_ERROR = (OUTCOMES.index(o) for o in (OUTCOME_OK, OUTCOME_INVALID, OUTCOME_ERROR))
