@@ -29,7 +29,7 @@ from sim.engine.simulation import Simulation, serving_latencies
 from sim.model.arrivals import arrival_times
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
-from sim.policy.kinds import build_policy
+from sim.policy.build import build_policy
 from sim.study.pilot import resolve_thresholds
 
 

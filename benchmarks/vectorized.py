@@ -25,7 +25,7 @@ from sim.model.arrivals import arrival_times
 from sim.model.latency import LogNormal
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
-from sim.policy.kinds import build_policy
+from sim.policy.build import build_policy
 from sim.study.pilot import resolve_thresholds
 
 

@@ -22,7 +22,8 @@ from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.latency import CallLatency
 from sim.model.streams import CallDrawBank, Streams
-from sim.policy.kinds import Hedge, PerStep, Policy, Race, Sequential
+from sim.policy.kinds import Hedge, PerStep, Race, Sequential
+from sim.policy.plans import Policy
 
 ENGINES = ("auto", "des", "vectorized")
 #: Requests per chunk when the vectorized engine runs in constant memory (~250 MB at peak).

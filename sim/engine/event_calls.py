@@ -43,7 +43,7 @@ from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step, Workflow
 from sim.policy.controls import OUTCOME_BREAKER_OPEN, Controls
 from sim.policy.deadlines import BY_ADMISSION, BY_ATTEMPT, DeadlineRules
-from sim.policy.kinds import Attempt
+from sim.policy.plans import Attempt
 
 
 class EventCalls:

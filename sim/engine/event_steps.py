@@ -28,7 +28,7 @@ from sim.model.workflow import Step, Workflow
 from sim.policy.actions import ToolDesk
 from sim.policy.controls import Controls
 from sim.policy.deadlines import BY_LOSER, DeadlineRules, admits, attempt_limit
-from sim.policy.kinds import Attempt, Policy
+from sim.policy.plans import Attempt, Policy
 
 _INF = math.inf
 #: `Run.remaining` value of a step that can no longer run (a step it needs failed).

@@ -42,7 +42,8 @@ from sim.model.config import (
 )
 from sim.model.latency import CallLatency, Constant, Empirical, Exponential, LogNormal
 from sim.model.words import plural
-from sim.policy.kinds import Attempt, Hedge, Policy, Race, Sequential
+from sim.policy.kinds import Hedge, Race, Sequential
+from sim.policy.plans import Attempt, Policy
 
 #: Config fields the vectorized engine implements, per config class (others must be default).
 KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {

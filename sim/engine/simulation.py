@@ -34,7 +34,7 @@ from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
 from sim.policy.controls import Controls
 from sim.policy.deadlines import DeadlineRules, rules_for
-from sim.policy.kinds import Policy
+from sim.policy.plans import Policy
 
 #: Cyclic-GC thresholds while a simulation runs (at least these; restored after).
 GC_THRESHOLDS = (100_000, 50, 50)

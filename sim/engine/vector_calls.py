@@ -30,7 +30,7 @@ from sim.model.provider import (
 )
 from sim.model.workflow import Step, Workflow
 from sim.policy.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY
-from sim.policy.kinds import Attempt
+from sim.policy.plans import Attempt
 
 # Outcome codes: indices into OUTCOMES (the `outcome` column).
 O_OK, O_INVALID, O_ERROR = (OUTCOMES.index(o) for o in (OUTCOME_OK, OUTCOME_INVALID, OUTCOME_ERROR))

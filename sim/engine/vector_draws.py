@@ -40,7 +40,7 @@ from sim.model.latency import (
 from sim.model.provider import _SAME_INSTANT
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
-from sim.policy.kinds import Attempt
+from sim.policy.plans import Attempt
 
 #: Rows of each draw block checked against `CallLatency.draw` itself (a changed law falls back).
 _PROBE_ROWS = 16

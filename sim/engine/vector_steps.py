@@ -19,7 +19,8 @@ import numpy as np
 
 from sim.engine.vector_calls import O_OK, put_masked
 from sim.model.workflow import Step
-from sim.policy.kinds import Attempt, Hedge, Policy, Race, Sequential
+from sim.policy.kinds import Hedge, Race, Sequential
+from sim.policy.plans import Attempt, Policy
 
 # Step states per request.
 S_NONE, S_OK, S_FAILED, S_DEADLINE = (

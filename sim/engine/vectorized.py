@@ -36,7 +36,8 @@ from sim.model.rows import FAIL_DEADLINE
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step, Workflow
 from sim.policy.deadlines import ENDED_BY
-from sim.policy.kinds import Hedge, Policy, Race, Sequential
+from sim.policy.kinds import Hedge, Race, Sequential
+from sim.policy.plans import Policy
 
 
 class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):

@@ -1,8 +1,23 @@
-"""The one error type for unusable input: where (source and key path) and what is allowed."""
+"""The error types for unusable input: where (source and key path) and what is allowed.
+
+`FieldError` is raised inside the format's validators (problems at key paths below the model
+that raised them); `ScenarioError` is what a caller sees (the source and every problem).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+#: A key path into a scenario: ('providers', 'direct', 'serves', 'big', 'ttft_s').
+Path = tuple[str | int, ...]
+
+
+class FieldError(ValueError):
+    """Validation problems, each at a key path below the model that raised them."""
+
+    def __init__(self, path: Path, message: str, *more: tuple[Path, str]) -> None:
+        super().__init__(message)
+        self.problems: list[tuple[Path, str]] = [(path, message), *more]
 
 
 class ScenarioError(Exception):

@@ -8,6 +8,8 @@ servings' own, read from the call's same outcome uniform) and an answer `length`
 (generation time and billed tokens scale with it; past the step's `max_tokens` it is truncated).
 A stronger model is given a smaller effect, so re-drawing the same model cannot fix what a fall-up
 to a stronger one can. Both engines apply it through this module, with the same operations.
+The format's checks of the hardness keys (`hardness_problems`) live with `Scenario` in
+`sim.model.config.scenario`.
 """
 
 from __future__ import annotations
@@ -127,31 +129,3 @@ class Hardness:
         if tokens == output_tokens or not hard.any():
             return [(None, output_tokens)]
         return [(~hard, output_tokens), (hard, tokens)]
-
-
-def hardness_problems(scenario: Scenario) -> list[tuple[tuple[str | int, ...], str]]:
-    """Problems of the hardness keys, each with its key path: a model's `when_hard` without
-    `hardness` (it would change nothing), and a hard junk rate that leaves a serving no room
-    (its `error_rate` + `when_hard.invalid_rate` must be < 1)."""
-    problems: list[tuple[tuple[str | int, ...], str]] = []
-    for name, model in scenario.models.items():
-        when = model.when_hard
-        if when is None:
-            continue
-        where = ("models", name, "when_hard")
-        if scenario.hardness is None:
-            message = "set, but no request is hard: add `hardness: {share: ...}` at the top level"
-            problems.append((where, message))
-        if when.invalid_rate is None:
-            continue
-        for provider, spec in scenario.providers.items():
-            serving = spec.serves.get(name)
-            if serving is not None and serving.error_rate + when.invalid_rate >= 1:
-                problems.append(
-                    (
-                        (*where, "invalid_rate"),
-                        f"providers.{provider}.serves.{name}.error_rate + this must be < 1, got "
-                        f"{serving.error_rate + when.invalid_rate:g}",
-                    )
-                )
-    return problems

@@ -349,6 +349,11 @@ class Provider:
         (seconds from the slot grant) cuts it with outcome 'timeout' (`ended_by` 'attempt').
         An `Interrupt` (race loser, deadline) ends it with outcome 'cancelled' and the
         interrupt's cause as `ended_by`.
+
+        One generator of about 100 lines on purpose: the slot is taken and given back in one
+        try/finally, so an interrupt at any of its yields releases the slot (or leaves the
+        queue) in one place, and it is the event engine's hottest path (split into
+        sub-generators, each call would pay a `yield from` per stage).
         """
         env = self.env
         charge = call.reserved if self.reserve else call.output_tokens

@@ -21,8 +21,8 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sim.model.config import POLICY_KINDS, DistSpec, FieldError, Path, Scenario, reference_problems
-from sim.model.errors import ScenarioError, format_path
+from sim.model.config import POLICY_KINDS, DistSpec, Scenario, reference_problems
+from sim.model.errors import FieldError, Path, ScenarioError, format_path
 
 #: The scenario `tailsim run` uses when none is given (shipped inside the package).
 DEFAULT_SCENARIO = "default.yaml"

@@ -5,7 +5,7 @@ A threshold is seconds, 'pNN' (the NNth percentile of the step's pilot latency) 
 (K times it; also written 'KxpNN' or 'K*pNN', kept as 'KxpNN'). `admission.expected` may also
 be a mapping of step id -> threshold (with `default` for the steps not listed). Parsing lives
 here so `sim.model.config` stays a schema; resolving a threshold against a pilot sample is
-`seconds_of`. No I/O and no import of `sim.model.config` at module level (it imports this module).
+`seconds_of`. No I/O and no import of `sim.model.config` (it imports this module).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import re
 from typing import Any
 
 import numpy as np
+
+from sim.model.errors import FieldError
 
 #: 'pNN' with 0 < NN < 100 (decimals allowed: p99.9).
 _PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
@@ -85,8 +87,6 @@ def seconds_of(threshold: float | str, sample: np.ndarray) -> float:
 def parse_expected(value: Any) -> float | str | dict[str, float | str]:
     """`admission.expected`: one threshold for every step, or a mapping step id -> threshold
     (`default` for the rest); each value parsed as a threshold, problems at their key."""
-    from sim.model.config import FieldError  # noqa: PLC0415 - it imports this module
-
     if not isinstance(value, dict):
         return parse_threshold(value)
     if not value:

@@ -1,7 +1,9 @@
 """Policies: how one step is executed and what may be tried next.
 
 Owns the policy kinds (wait, cut, race, hedge, downshift, adaptive, draft) with their planned
-attempts, per-step resolution, storm controls (retry budget, hedge cap, breaker, AIMD, shed),
-deadline rules and admission, and tool actions. It decides; the engine runs. It may import
-`sim.model` only.
+attempts (`plans`: what a policy and the engine exchange; `kinds`: the execute logic; `build`:
+specs to runtime policies), the per-step specs handed to the runtime (`perstep`; flattening
+and checking per-step entries is the format's, in `sim.model.config`), storm controls (retry
+budget, hedge cap, breaker, AIMD, shed), deadline rules and admission, and tool actions. It
+decides; the engine runs. It may import `sim.model` only.
 """

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.model.config import Scenario, percentile_of
+from sim.model.config import Scenario
 from sim.model.errors import ScenarioError, format_path
-from sim.model.thresholds import expected_of, seconds_of
+from sim.model.thresholds import expected_of, percentile_of, seconds_of
 
 # What ended a call early (the `ended_by` column); "" when it ended on its own.
 BY_QUEUE = "queue"  # waited past its step's queue_budget_s for a slot

@@ -4,32 +4,20 @@ draft, or a different one per step.
 Each policy is a small object whose `execute` is a simpy generator driving one step through a
 `StepRun` (the engine's handle: call inline, start a parallel call, cancel one, time left). The
 route of every attempt (which provider, which model, cut after how long) is a pure decision made
-up front in `Attempt` plans, so the simpy part stays short.
+up front in plans (`sim.policy.plans`, built from the specs by `sim.policy.build`), so the simpy
+part here stays short.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import simpy
 
 from sim.model.backoff import retry_wait
-from sim.model.config import (
-    THRESHOLD_FIELDS,
-    AdaptivePolicy,
-    BackoffSpec,
-    ControlsSpec,
-    CutPolicy,
-    DraftPolicy,
-    HedgePolicy,
-    PlainPolicy,
-    RacePolicy,
-    Scenario,
-    WaitPolicy,
-)
+from sim.model.config import BackoffSpec
 from sim.model.provider import (
     OUTCOME_INVALID,
     OUTCOME_OK,
@@ -37,102 +25,7 @@ from sim.model.provider import (
     OUTCOME_TRUNCATED,
     Call,
 )
-from sim.model.workflow import Step
-
-StepGenerator = Generator[simpy.Event, Any, bool]
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """Where and how long one attempt runs: provider, model, cut after `give_up_after` seconds."""
-
-    provider: str
-    model: str
-    give_up_after: float | None
-
-
-class StepRun(Protocol):
-    """What a policy may do while running one step (implemented by the engine)."""
-
-    env: simpy.Environment
-    step: Step
-
-    @property
-    def closed(self) -> bool:
-        """True once the request is over (deadline passed or failed): start nothing new."""
-        ...
-
-    @property
-    def time_left(self) -> float:
-        """Seconds until the request's deadline."""
-        ...
-
-    def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
-        """Run one attempt inline and return its call (None if the request closed first)."""
-        ...
-
-    def start(self, attempt: int, plan: Attempt) -> simpy.Process:
-        """Start one attempt in parallel; the process's value is its call (or None)."""
-        ...
-
-    def cancel(self, process: simpy.Process) -> None:
-        """Cancel a parallel attempt still in flight (really interrupts it)."""
-        ...
-
-    def jitter(self, retry: int) -> float:
-        """The backoff-jitter uniform of this step's retry number `retry` (common to policies)."""
-        ...
-
-    def accept(self, call: Call) -> None:
-        """The step delivers this call's answer (default: the last call that answered ok)."""
-        ...
-
-    def note_draft(self, kept: bool) -> None:
-        """Count a draft race's result: draft kept, or upgraded to the primary's answer."""
-        ...
-
-    def first_token(self, attempt: int) -> bool:
-        """True once attempt `attempt` has streamed its first token."""
-        ...
-
-    def projected_left(self, attempt: int) -> float:
-        """Seconds attempt `attempt` still needs at its recent token rate (inf if none)."""
-        ...
-
-    def may_retry(self) -> bool:
-        """May a retry (an attempt after a failure) be sent now? (the retry budget)"""
-        ...
-
-    def may_hedge(self, provider: str) -> bool:
-        """May an extra parallel attempt go to `provider` now? (hedge cap, 429 pause, budget)"""
-        ...
-
-    def admits(self, wait: float) -> bool:
-        """Deadline-aware admission of a retry after `wait` seconds (counted if refused)."""
-        ...
-
-
-class Policy:
-    """A way to execute a step: wait, cut, race, hedge or downshift, with its attempts planned."""
-
-    name: str
-    #: Load-aware controls of this policy (sim.policy.controls), None when off.
-    controls: ControlsSpec | None = None
-    #: Reads its attempts' streaming progress (`StepRun.first_token`, `projected_left`): the
-    #: engine keeps each attempt's drawn times for it only when this is True.
-    watches_flights: bool = False
-
-    def execute(self, run: StepRun) -> StepGenerator:
-        """Drive one step to success (True) or failure (False)."""
-        raise NotImplementedError
-
-
-def _route(scenario: Scenario, model: str, providers: list[str] | None, default: str) -> list[str]:
-    """Providers an attempt on `model` may use, in turn (those of `providers` serving it)."""
-    if not providers:
-        return [default]
-    serving = [p for p in providers if model in scenario.providers[p].serves]
-    return serving or [default]
+from sim.policy.plans import AdaptivePlan, Attempt, DraftPlan, Policy, StepGenerator, StepRun
 
 
 def retry_pause(
@@ -279,21 +172,6 @@ class Hedge(Policy):
 _DUE = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class AdaptivePlan:
-    """One step under `adaptive`: its model, routes per model, checks and directions."""
-
-    model: str
-    routes: dict[str, tuple[str, ...]]
-    cutoff: float
-    ttft_cutoff: float | None
-    hedge_after: float | None
-    fall_down: str | None
-    fall_up: str | None
-    attempts: int
-    reserve: float
-
-
 @dataclass(slots=True)
 class _Live:
     """An attempt in flight under `adaptive`, with its pending checks (absolute times)."""
@@ -432,15 +310,6 @@ class Adaptive(Policy):
                     info.cutoff_check = now + max(1.0, plan.cutoff / 4)
 
 
-@dataclass(frozen=True, slots=True)
-class DraftPlan:
-    """One step under `draft`: the primary, the draft, and how long an upgrade may take."""
-
-    primary: Attempt
-    draft: Attempt
-    upgrade_within: float
-
-
 class Draft(Policy):
     """Race a cheap fast draft model against the primary. The primary's valid answer wins
     whenever it comes first or within `upgrade_within` of the step's start (an upgrade if the
@@ -500,159 +369,3 @@ class PerStep(Policy):
 
     def execute(self, run: StepRun) -> StepGenerator:
         return self.by_step[run.step.id].execute(run)
-
-
-def build_resolved(
-    name: str, specs: dict[str, PlainPolicy], scenario: Scenario, steps: tuple[Step, ...]
-) -> Policy:
-    """The runtime policy of per-step specs whose thresholds are seconds (`resolve_specs`).
-
-    Steps sharing a spec share one runtime policy; a policy with one spec for every LLM step is
-    exactly `build_policy` of it. Tool steps get no plan (the engine runs them,
-    `sim.policy.actions`):
-    their specs, thresholds unresolved, are never built."""
-    groups: dict[str, list[Step]] = {}
-    for step in steps:
-        if step.tool is not None:
-            continue
-        groups.setdefault(specs[step.id].model_dump_json(), []).append(step)
-    built: dict[str, Policy] = {}
-    for members in groups.values():
-        spec = specs[members[0].id]
-        fields = THRESHOLD_FIELDS.get(type(spec), ())
-        seconds = {s.id: float(getattr(specs[s.id], fields[0])) for s in members} if fields else {}
-        runtime = build_policy(name, spec, scenario, tuple(members), seconds)
-        if len(groups) == 1:
-            return runtime
-        built.update(dict.fromkeys((s.id for s in members), runtime))
-    per_step = PerStep(name, built)
-    # one set of load-aware controls for the whole policy (its state is per simulation)
-    per_step.controls = next(iter(specs.values())).controls if specs else None
-    return per_step
-
-
-def _other_route(
-    scenario: Scenario, model: str, providers: list[str] | None, step: Step
-) -> tuple[str, ...]:
-    """Providers for attempts on `model` at `step`: `providers` serving it, else the step's
-    provider if it serves it, else the first that does."""
-    default = (
-        step.provider
-        if model in scenario.providers[step.provider].serves
-        else scenario.serving_providers(model)[0]
-    )
-    return tuple(_route(scenario, model, providers, default))
-
-
-def _seconds(value: float | str | None, fallback: float | None) -> float | None:
-    """A threshold already in seconds, or `fallback` (the resolved main threshold)."""
-    if value is None or isinstance(value, float | int):
-        return None if value is None else float(value)
-    if fallback is None:
-        raise ValueError(f"threshold {value!r} not resolved to seconds (see sim.study.pilot)")
-    return fallback
-
-
-def build_policy(
-    name: str,
-    spec: PlainPolicy,
-    scenario: Scenario,
-    steps: tuple[Step, ...],
-    seconds: dict[str, float],
-) -> Policy:
-    """The runtime policy of a spec, with its load-aware controls (if any); tool steps are
-    run by `sim.policy.actions`, not by a policy."""
-    steps = tuple(s for s in steps if s.tool is None)
-    policy = _build_policy(name, spec, scenario, steps, seconds)
-    policy.controls = spec.controls
-    return policy
-
-
-def _build_policy(
-    name: str,
-    spec: PlainPolicy,
-    scenario: Scenario,
-    steps: tuple[Step, ...],
-    seconds: dict[str, float],
-) -> Policy:
-    """The runtime policy of a spec; `seconds[step]` is its threshold resolved for that step
-    (an `adaptive` or `draft` spec's other thresholds must already be in seconds)."""
-    if isinstance(spec, AdaptivePolicy):
-        return _build_adaptive(name, spec, scenario, steps, seconds)
-    if isinstance(spec, DraftPolicy):
-        plans = {}
-        for step in steps:
-            draft_route = _other_route(scenario, spec.model, spec.providers, step)
-            within = _seconds(spec.upgrade_within, seconds.get(step.id))
-            plans[step.id] = DraftPlan(
-                Attempt(step.provider, step.model, None),
-                Attempt(draft_route[0], spec.model, None),
-                float(within),  # type: ignore[arg-type]
-            )
-        return Draft(name, plans)
-    if isinstance(spec, WaitPolicy | CutPolicy):
-        give_up = spec.timeout_s if isinstance(spec, WaitPolicy) else None
-        plans = {}
-        for step in steps:
-            route = _route(scenario, step.model, spec.providers, step.provider)
-            limit = give_up if isinstance(spec, WaitPolicy) else seconds[step.id]
-            plans[step.id] = [
-                Attempt(route[k % len(route)], step.model, limit) for k in range(spec.retries + 1)
-            ]
-        return Sequential(name, plans, spec.backoff)
-    if isinstance(spec, RacePolicy):
-        rounds = {}
-        for step in steps:
-            route = _route(scenario, step.model, spec.providers, step.provider)
-            one = [
-                Attempt(route[j % len(route)], step.model, spec.timeout_s)
-                for j in range(spec.attempts)
-            ]
-            rounds[step.id] = [one] * (spec.retries + 1)
-        return Race(name, rounds, spec.backoff)
-    if isinstance(spec, HedgePolicy):
-        plans = {}
-        for step in steps:
-            route = _route(scenario, step.model, spec.providers, step.provider)
-            hedges = [Attempt(route[h % len(route)], step.model, None) for h in range(spec.hedges)]
-            plans[step.id] = [Attempt(step.provider, step.model, None), *hedges]
-        return Hedge(name, plans, seconds)
-    plans = {}
-    for step in steps:
-        down_default = (
-            step.provider
-            if spec.to in scenario.providers[step.provider].serves
-            else scenario.serving_providers(spec.to)[0]
-        )
-        route = _route(scenario, spec.to, spec.providers, down_default)
-        first = Attempt(step.provider, step.model, seconds[step.id])
-        rest = [Attempt(route[k % len(route)], spec.to, None) for k in range(spec.retries)]
-        plans[step.id] = [first, *rest]
-    return Sequential(name, plans, spec.backoff)
-
-
-def _build_adaptive(
-    name: str,
-    spec: AdaptivePolicy,
-    scenario: Scenario,
-    steps: tuple[Step, ...],
-    seconds: dict[str, float],
-) -> Adaptive:
-    plans = {}
-    for step in steps:
-        models = {step.model, spec.fall_down, spec.fall_up} - {None}
-        routes = {
-            m: _other_route(scenario, m, spec.providers, step) for m in models if m is not None
-        }
-        plans[step.id] = AdaptivePlan(
-            model=step.model,
-            routes=routes,
-            cutoff=float(_seconds(spec.cutoff, seconds.get(step.id))),  # type: ignore[arg-type]
-            ttft_cutoff=_seconds(spec.ttft_cutoff, None),
-            hedge_after=_seconds(spec.hedge_after, None),
-            fall_down=spec.fall_down,
-            fall_up=spec.fall_up,
-            attempts=spec.attempts,
-            reserve=spec.reserve_s or 0.0,
-        )
-    return Adaptive(name, plans)

@@ -27,16 +27,15 @@ from sim.model.config import (
     PlainPolicy,
     Scenario,
     WaitPolicy,
-    percentile_of,
 )
 from sim.model.errors import ScenarioError, format_path
 from sim.model.provider import OUTCOME_OK
 from sim.model.rows import CONFIRMED
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.thresholds import seconds_of
+from sim.model.thresholds import percentile_of, seconds_of
 from sim.model.workflow import Workflow
+from sim.policy.build import build_policy
 from sim.policy.deadlines import without_budgets
-from sim.policy.kinds import build_policy
 from sim.policy.perstep import effective_specs
 
 #: Suffix of the first-token samples in `step_latencies(..., first_token=True)`.

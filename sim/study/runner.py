@@ -41,8 +41,9 @@ from sim.model.rows import Records
 from sim.model.streams import CallDrawBank, Streams, WindowedDrawBank
 from sim.model.workflow import Workflow
 from sim.policy.actions import actions_frame, no_actions
+from sim.policy.build import build_resolved
 from sim.policy.deadlines import admission_needs_pilot, resolve_expected, rules_for
-from sim.policy.kinds import Policy, build_resolved
+from sim.policy.plans import Policy
 from sim.study.pilot import needs_pilot, resolve_specs, step_latencies, thresholds_of, tool_steps
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from sim.model.errors import ScenarioError
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.words import plural
 from sim.model.workflow import Workflow
-from sim.policy.kinds import build_resolved
+from sim.policy.build import build_resolved
 from sim.study.pilot import TTFT_SAMPLE, _reserves, step_latencies
 
 #: Name of the policy `tune` adds.

@@ -32,7 +32,7 @@ from sim.model.config import Scenario
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
-from sim.policy.kinds import build_policy
+from sim.policy.build import build_policy
 from sim.study.pilot import resolve_thresholds
 
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")

@@ -23,7 +23,7 @@ from sim.model.rows import Records
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
-from sim.policy.kinds import build_policy
+from sim.policy.build import build_policy
 
 #: Prices of the default models, USD per token.
 BIG_IN, BIG_OUT = 1e-6, 2e-6

@@ -22,7 +22,7 @@ import sim
 from sim.engine.simulation import Simulation, serving_latencies
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
-from sim.policy.kinds import build_policy
+from sim.policy.build import build_policy
 
 #: Tokens of one call of `helpers.step` (1000 input + 100 output): a TPM of this admits one.
 CALL_TOKENS = 1100

@@ -11,7 +11,8 @@ from sim.model.config import CutPolicy, RacePolicy, WaitPolicy
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
 from sim.model.workflow import Workflow
-from sim.policy.kinds import PerStep, build_resolved
+from sim.policy.build import build_resolved
+from sim.policy.kinds import PerStep
 from sim.policy.perstep import effective_specs
 
 STEPS = [step("a"), step("b", "a"), step("c", "b", required=False)]

@@ -23,7 +23,9 @@ from helpers import (
 
 from sim.model.config import CutPolicy, HedgePolicy, RacePolicy, WaitPolicy
 from sim.model.workflow import Workflow
-from sim.policy.kinds import Attempt, Hedge, Race, Sequential, build_policy
+from sim.policy.build import build_policy
+from sim.policy.kinds import Hedge, Race, Sequential
+from sim.policy.plans import Attempt
 
 POLICIES = {
     "wait": {"kind": "wait", "retries": 2},

@@ -36,7 +36,8 @@ from sim.model.ratelimit import Quota
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
-from sim.policy.kinds import Sequential, build_policy
+from sim.policy.build import build_policy
+from sim.policy.kinds import Sequential
 from sim.study.pilot import resolve_thresholds
 
 RTOL = 1e-12

@@ -1,0 +1,125 @@
+"""Workflow and steps: what one request asks for, step by step.
+
+Owns a step (an LLM call or a tool's external action), its answer length, post-call validator,
+budgets and dependencies, and the workflow that orders the steps. Turned into the runtime
+`sim.model.workflow.Workflow` once per run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from sim.model.config.base import Name, NonNegativeFloat, PositiveFloat, Probability, Spec
+from sim.model.config.providers import DistSpec, MedianP99Spec
+from sim.model.errors import FieldError
+
+
+class LengthSpec(MedianP99Spec):
+    """An answer length that varies per call: a lognormal from its median and p99 (tokens)."""
+
+    median: Annotated[float, Field(ge=1, allow_inf_nan=False)]
+    p99: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class ValidatorSpec(Spec):
+    """A post-call check of a step's answers: catches a share of invalid ones, for a price."""
+
+    catches: Probability = Field(description="share of invalid answers it rejects")
+    latency_s: NonNegativeFloat = Field(default=0.0, description="seconds per check")
+    cost: NonNegativeFloat = Field(default=0.0, description="USD per check")
+
+
+class ToolSpec(Spec):
+    """A side-effect step's external action: the remote commits it `commit_s` after the submit
+    (unless it refuses with a transient error, with `error_rate`), and its confirmation reaches
+    the workflow `confirm_s` after the commit. `idempotent`: submits carry an idempotency key
+    (request and step), so the remote recognises a second submit and commits once."""
+
+    commit_s: DistSpec = Field(description="submit to the remote's commit, seconds")
+    confirm_s: DistSpec = Field(
+        default=DistSpec(dist="constant", value=0.0),
+        description="commit to the confirmation reaching the workflow, seconds",
+    )
+    error_rate: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.0, description="the remote refuses (transient, nothing committed)"
+    )
+    idempotent: bool = Field(default=False, description="submits carry an idempotency key")
+    retries: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="re-submits after a refusal, or after an unknown outcome if idempotent",
+    )
+
+
+class StepSpec(Spec):
+    """One step of the workflow: an LLM call (`kind: llm`) or an external action (`kind: tool`)."""
+
+    id: Name
+    kind: Literal["llm", "tool"] = "llm"
+    model: Name | None = Field(default=None, description="required for kind llm")
+    input_tokens: Annotated[int, Field(ge=0)] = 1000
+    output_tokens: Annotated[int, Field(ge=1)] | LengthSpec = Field(
+        default=200, description="answer tokens: a number, or {median, p99} drawn per call"
+    )
+    max_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="the answer's token cap sent with the call: a longer answer is cut there "
+        "(truncated, invalid); providers with charge: max_tokens reserve it at admission "
+        "(default: none; they reserve output_tokens, or a drawn length's p99)",
+    )
+    validator: ValidatorSpec | None = Field(
+        default=None,
+        description="post-call check; without one, junk is caught perfectly and for free",
+    )
+    after: list[Name] = Field(default_factory=list)
+    required: bool = True
+    provider: Name | None = Field(
+        default=None, description="default: the first provider (in file order) serving the model"
+    )
+    budget_s: PositiveFloat | None = Field(
+        default=None, description="step budget: queue waits and every attempt and retry, s"
+    )
+    queue_budget_s: PositiveFloat | None = Field(
+        default=None, description="longest wait of one call for a provider slot, s"
+    )
+    attempt_budget_s: PositiveFloat | None = Field(
+        default=None,
+        description="longest service of one attempt once it holds a slot (besides the "
+        "policy's cut, which counts the queue wait too), s",
+    )
+    tool: ToolSpec | None = Field(default=None, description="kind tool: the external action")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> StepSpec:
+        if self.kind == "llm" and self.model is None:
+            raise FieldError(("model",), "missing (required): a step of kind 'llm' needs a model")
+        if self.kind == "llm" and self.tool is not None:
+            raise FieldError(("tool",), "only a step of kind 'tool' takes a tool")
+        if self.kind == "tool":
+            if self.tool is None:
+                raise FieldError(("tool",), "missing: a step of kind 'tool' needs a tool")
+            for key in ("model", "provider"):
+                if getattr(self, key) is not None:
+                    raise FieldError((key,), "a step of kind 'tool' calls no model")
+        return self
+
+    @property
+    def reserved_output(self) -> int:
+        """The answer's token cap: `max_tokens`, else `output_tokens` (a drawn length's p99)."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        length = self.output_tokens
+        return length if isinstance(length, int) else math.ceil(length.p99)
+
+
+class WorkflowSpec(Spec):
+    """The steps; a step starts once every step in its `after` has succeeded."""
+
+    steps: Annotated[list[StepSpec], Field(min_length=1)]
+    reserve_s: NonNegativeFloat = Field(
+        default=0.0,
+        description="time kept after the last step for validation and delivery: an answer is "
+        "delivered this long after it, and attempts get the time left minus it, s",
+    )

@@ -1,0 +1,189 @@
+"""From a policy spec to the runtime policy that executes it, its attempts planned per step.
+
+`build_policy` turns one plain spec (thresholds already in seconds per step, as the pilot
+resolves them) into a `sim.policy.kinds` object with an `Attempt` plan per step: routes over the
+providers serving each model, give-up times, hedges, fall-down and fall-up models.
+`build_resolved` does it for a policy whose steps run different specs (per-step entries,
+flattened by `sim.policy.perstep.effective_specs`), sharing one runtime policy per spec.
+"""
+
+from __future__ import annotations
+
+from sim.model.config import (
+    THRESHOLD_FIELDS,
+    AdaptivePolicy,
+    CutPolicy,
+    DraftPolicy,
+    HedgePolicy,
+    PlainPolicy,
+    RacePolicy,
+    Scenario,
+    WaitPolicy,
+)
+from sim.model.workflow import Step
+from sim.policy.kinds import Adaptive, Draft, Hedge, PerStep, Race, Sequential
+from sim.policy.plans import AdaptivePlan, Attempt, DraftPlan, Policy
+
+
+def _route(scenario: Scenario, model: str, providers: list[str] | None, default: str) -> list[str]:
+    """Providers an attempt on `model` may use, in turn (those of `providers` serving it)."""
+    if not providers:
+        return [default]
+    serving = [p for p in providers if model in scenario.providers[p].serves]
+    return serving or [default]
+
+
+def build_resolved(
+    name: str, specs: dict[str, PlainPolicy], scenario: Scenario, steps: tuple[Step, ...]
+) -> Policy:
+    """The runtime policy of per-step specs whose thresholds are seconds (`resolve_specs`).
+
+    Steps sharing a spec share one runtime policy; a policy with one spec for every LLM step is
+    exactly `build_policy` of it. Tool steps get no plan (the engine runs them,
+    `sim.policy.actions`):
+    their specs, thresholds unresolved, are never built."""
+    groups: dict[str, list[Step]] = {}
+    for step in steps:
+        if step.tool is not None:
+            continue
+        groups.setdefault(specs[step.id].model_dump_json(), []).append(step)
+    built: dict[str, Policy] = {}
+    for members in groups.values():
+        spec = specs[members[0].id]
+        fields = THRESHOLD_FIELDS.get(type(spec), ())
+        seconds = {s.id: float(getattr(specs[s.id], fields[0])) for s in members} if fields else {}
+        runtime = build_policy(name, spec, scenario, tuple(members), seconds)
+        if len(groups) == 1:
+            return runtime
+        built.update(dict.fromkeys((s.id for s in members), runtime))
+    per_step = PerStep(name, built)
+    # one set of load-aware controls for the whole policy (its state is per simulation)
+    per_step.controls = next(iter(specs.values())).controls if specs else None
+    return per_step
+
+
+def _other_route(
+    scenario: Scenario, model: str, providers: list[str] | None, step: Step
+) -> tuple[str, ...]:
+    """Providers for attempts on `model` at `step`: `providers` serving it, else the step's
+    provider if it serves it, else the first that does."""
+    default = (
+        step.provider
+        if model in scenario.providers[step.provider].serves
+        else scenario.serving_providers(model)[0]
+    )
+    return tuple(_route(scenario, model, providers, default))
+
+
+def _seconds(value: float | str | None, fallback: float | None) -> float | None:
+    """A threshold already in seconds, or `fallback` (the resolved main threshold)."""
+    if value is None or isinstance(value, float | int):
+        return None if value is None else float(value)
+    if fallback is None:
+        raise ValueError(f"threshold {value!r} not resolved to seconds (see sim.study.pilot)")
+    return fallback
+
+
+def build_policy(
+    name: str,
+    spec: PlainPolicy,
+    scenario: Scenario,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Policy:
+    """The runtime policy of a spec, with its load-aware controls (if any); tool steps are
+    run by `sim.policy.actions`, not by a policy."""
+    steps = tuple(s for s in steps if s.tool is None)
+    policy = _build_policy(name, spec, scenario, steps, seconds)
+    policy.controls = spec.controls
+    return policy
+
+
+def _build_policy(
+    name: str,
+    spec: PlainPolicy,
+    scenario: Scenario,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Policy:
+    """The runtime policy of a spec; `seconds[step]` is its threshold resolved for that step
+    (an `adaptive` or `draft` spec's other thresholds must already be in seconds)."""
+    if isinstance(spec, AdaptivePolicy):
+        return _build_adaptive(name, spec, scenario, steps, seconds)
+    if isinstance(spec, DraftPolicy):
+        plans = {}
+        for step in steps:
+            draft_route = _other_route(scenario, spec.model, spec.providers, step)
+            within = _seconds(spec.upgrade_within, seconds.get(step.id))
+            plans[step.id] = DraftPlan(
+                Attempt(step.provider, step.model, None),
+                Attempt(draft_route[0], spec.model, None),
+                float(within),  # type: ignore[arg-type]
+            )
+        return Draft(name, plans)
+    if isinstance(spec, WaitPolicy | CutPolicy):
+        give_up = spec.timeout_s if isinstance(spec, WaitPolicy) else None
+        plans = {}
+        for step in steps:
+            route = _route(scenario, step.model, spec.providers, step.provider)
+            limit = give_up if isinstance(spec, WaitPolicy) else seconds[step.id]
+            plans[step.id] = [
+                Attempt(route[k % len(route)], step.model, limit) for k in range(spec.retries + 1)
+            ]
+        return Sequential(name, plans, spec.backoff)
+    if isinstance(spec, RacePolicy):
+        rounds = {}
+        for step in steps:
+            route = _route(scenario, step.model, spec.providers, step.provider)
+            one = [
+                Attempt(route[j % len(route)], step.model, spec.timeout_s)
+                for j in range(spec.attempts)
+            ]
+            rounds[step.id] = [one] * (spec.retries + 1)
+        return Race(name, rounds, spec.backoff)
+    if isinstance(spec, HedgePolicy):
+        plans = {}
+        for step in steps:
+            route = _route(scenario, step.model, spec.providers, step.provider)
+            hedges = [Attempt(route[h % len(route)], step.model, None) for h in range(spec.hedges)]
+            plans[step.id] = [Attempt(step.provider, step.model, None), *hedges]
+        return Hedge(name, plans, seconds)
+    plans = {}
+    for step in steps:
+        down_default = (
+            step.provider
+            if spec.to in scenario.providers[step.provider].serves
+            else scenario.serving_providers(spec.to)[0]
+        )
+        route = _route(scenario, spec.to, spec.providers, down_default)
+        first = Attempt(step.provider, step.model, seconds[step.id])
+        rest = [Attempt(route[k % len(route)], spec.to, None) for k in range(spec.retries)]
+        plans[step.id] = [first, *rest]
+    return Sequential(name, plans, spec.backoff)
+
+
+def _build_adaptive(
+    name: str,
+    spec: AdaptivePolicy,
+    scenario: Scenario,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Adaptive:
+    plans = {}
+    for step in steps:
+        models = {step.model, spec.fall_down, spec.fall_up} - {None}
+        routes = {
+            m: _other_route(scenario, m, spec.providers, step) for m in models if m is not None
+        }
+        plans[step.id] = AdaptivePlan(
+            model=step.model,
+            routes=routes,
+            cutoff=float(_seconds(spec.cutoff, seconds.get(step.id))),  # type: ignore[arg-type]
+            ttft_cutoff=_seconds(spec.ttft_cutoff, None),
+            hedge_after=_seconds(spec.hedge_after, None),
+            fall_down=spec.fall_down,
+            fall_up=spec.fall_up,
+            attempts=spec.attempts,
+            reserve=spec.reserve_s or 0.0,
+        )
+    return Adaptive(name, plans)
