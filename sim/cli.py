@@ -55,7 +55,7 @@ from sim.output.results import (
 from sim.study.executors import EXECUTORS
 from sim.study.progress_lines import ProgressLines
 from sim.study.runner import chosen_policies
-from sim.study.sweep import expand, with_engine
+from sim.study.sweep import expand, run_points, with_engine
 
 EXIT_BAD_INPUT = 2
 #: Exit code after Ctrl-C, as shells report a command killed by SIGINT (128 + 2).
@@ -344,8 +344,14 @@ def sweep(
                         if tick is not None:
                             tick(result.point)
 
-                    pool.run(
-                        spec, pending, store.keys, requests=requests, policies=chosen, on_done=done
+                    run_points(  # the study runs the points, the store writes each as it ends
+                        pool,
+                        spec,
+                        pending,
+                        store.keys,
+                        requests=requests,
+                        policies=chosen,
+                        on_done=done,
                     )
             except KeyboardInterrupt:
                 err.print(
