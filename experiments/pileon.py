@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from _common import DIRECT_BIG, beside, chain, out_dir, save, theme
 
 import sim
-from sim.output.plots import policy_colors
+from sim.output.colors import policy_colors
 
 TPM = [4_000_000, 2_000_000, 1_200_000, 900_000]
 POLICIES = {

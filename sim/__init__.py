@@ -1,11 +1,10 @@
 """tailsim: will a multi-step LLM workflow meet its deadline, at what cost, and will it storm?"""
 
-from sim.api import report, sweep
+from sim.api import RunResult, report, run, sweep
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
 from sim.model.version import __version__
-from sim.study.runner import RunResult, run
 
 __all__ = [
     "RunResult",

@@ -1,13 +1,113 @@
-"""The notebook face of sweeps and reports, mirroring `tailsim sweep` and `tailsim report`."""
+"""The library's face: `run`, `sweep` and `report`, mirroring `tailsim run`, `sweep` and `report`.
+
+The study layer computes a run or a sweep and gives its tables as data (`sim.study.result`);
+here they become the public results, whose `.save()` and `.plot()` call the output layer (result
+folders, the sweep store, figures). The study layer never writes files or draws; this module,
+above both, joins them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sim.model.config import Scenario
+from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario, with_overrides
-from sim.study.sweep import SweepPoint, SweepResult, run_sweep, with_engine
+from sim.model.version import __version__
+from sim.output.results import ECDF_FIGURE_POINTS, write_results
+from sim.study import result as study
+from sim.study import runner
+from sim.study.points import SweepPoint
+from sim.study.sweep import run_sweep, with_engine
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+class RunResult(study.RunResult):
+    """The tables of one run of a scenario (see `sim.study.result.RunResult`), which save and
+    plot themselves."""
+
+    @classmethod
+    def of(cls, result: study.RunResult) -> RunResult:
+        """The public result of the study layer's `result` (the same tables, not copied)."""
+        return cls(**{f.name: getattr(result, f.name) for f in fields(result)})
+
+    def save(self, folder: str | Path, figures: bool = True) -> Path:
+        """Write the run's result files to `folder` (as `tailsim run --out` does)."""
+        return write_results(self, Path(folder), self.scenario.name, __version__, figures)
+
+    def plot(self) -> Figure:
+        """The run's comparison figure (latency against the deadline; the trade), for a notebook."""
+        from sim.output.plots import policy_comparison  # noqa: PLC0415 - slow import, on demand
+
+        return policy_comparison(
+            self.summary,
+            self.latency_table(ECDF_FIGURE_POINTS),
+            self.scenario.deadline_s,
+            self.scenario.name,
+        )
+
+
+class SweepResult(study.SweepResult):
+    """Stacked tables of every point of a sweep (see `sim.study.result.SweepResult`), which
+    save and plot themselves."""
+
+    @classmethod
+    def of(cls, result: study.SweepResult) -> SweepResult:
+        """The public result of the study layer's `result` (the same tables, not copied)."""
+        return cls(**{f.name: getattr(result, f.name) for f in fields(result)})
+
+    def save(self, folder: str | Path, figures: bool = True) -> Path:
+        """Write the sweep's result files to `folder` (as `tailsim sweep` does); returns it."""
+        from sim.output.store import save_sweep  # noqa: PLC0415 - files are the store's job
+
+        if self.scenario is None:
+            raise ScenarioError("sweep", [("", "no scenario attached; cannot save")])
+        return save_sweep(self, Path(folder), figures=figures)
+
+    def plot(self) -> Figure:
+        """The sweep figure (hit rate with CI bands, $/success, $/request against the first
+        swept key), for a notebook."""
+        from sim.output.plots import sweep_figure  # noqa: PLC0415 - slow import, on demand
+
+        name = self.scenario.name if self.scenario is not None else ""
+        return sweep_figure(self.aggregate, self.keys, name)
+
+
+def run(
+    scenario: Scenario,
+    *,
+    requests: int | None = None,
+    seed: int | None = None,
+    policies: Sequence[str] | None = None,
+    progress: Callable[[str, int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    engine: str | None = None,
+    records: str | None = None,
+    executor: str = "inline",
+    workers: int | None = None,
+    scheduler: str | None = None,
+) -> RunResult:
+    """Simulate the chosen policies (all by default) and return their tables; `.save(dir)` and
+    `.plot()` on the result. The options are `sim.study.runner.run`'s (as `tailsim run`'s)."""
+    result = runner.run(
+        scenario,
+        requests=requests,
+        seed=seed,
+        policies=policies,
+        progress=progress,
+        stop=stop,
+        engine=engine,
+        records=records,
+        executor=executor,
+        workers=workers,
+        scheduler=scheduler,
+    )
+    return RunResult.of(result)
 
 
 def sweep(
@@ -30,7 +130,7 @@ def sweep(
         spec = with_overrides(spec, {"seed": seed})
     if engine is not None:
         spec = with_engine(spec, engine)
-    return run_sweep(
+    result = run_sweep(
         spec,
         requests=requests,
         policies=policies,
@@ -39,6 +139,7 @@ def sweep(
         scheduler=scheduler,
         progress=progress,
     )
+    return SweepResult.of(result)
 
 
 def report(folder: str | Path, out: str | Path | None = None) -> Path:

@@ -1,10 +1,10 @@
 """Figures drawn from result tables (never from live engine objects), with seaborn/matplotlib.
 
-Every figure colours a policy the same way (`policy_colors`), titles itself and labels its
-axes with units. `write_figures(folder)` draws every figure a results folder supports: a run
-folder gets the comparison, the latency ECDF, the Pareto view, the p50->p99 dumbbells, the
-waited-vs-raced strip plot and (with timeseries.parquet) the storm; a sweep folder gets the
-sweep figure and the Pareto view over all its points.
+Every figure colours a policy the same way (`sim.output.colors.policy_colors`), titles itself
+and labels its axes with units. `write_figures(folder)` draws every figure a results folder
+supports: a run folder gets the comparison, the latency ECDF, the Pareto view, the p50->p99
+dumbbells, the waited-vs-raced strip plot and (with timeseries.parquet) the storm; a sweep folder
+gets the sweep figure and the Pareto view over all its points.
 """
 
 from __future__ import annotations
@@ -30,32 +30,14 @@ from matplotlib.lines import Line2D
 
 from sim.analysis.reading import pareto_frontier
 from sim.model.words import plural
+from sim.output.colors import policy_colors
 from sim.output.overlap import ecdf_twins, legend_handle, point_twins
 
-#: Colours of the usual policy names, fixed so a policy looks the same in every figure and run.
-_FIXED = {"wait": 0, "cut": 1, "race": 2, "hedge": 3, "downshift": 4}
 #: Output-size buckets (tokens) of the dumbbell figure: fixed edges, as the article's rows.
 SIZE_EDGES = (0, 50, 150, 300, 600, 1200, 2400, np.inf)
 #: A bucket needs this many calls before its p99 is shown.
 MIN_BUCKET_CALLS = 100
 TAIL_RED = "#c0392b"
-
-
-def policy_colors(policies: Iterable[str]) -> dict[str, tuple[float, float, float]]:
-    """One colour per policy (colour-blind palette): the usual names keep fixed colours; other
-    names take, in order, the strongest colours the usual names present leave free (so a
-    scenario of custom names gets blue, orange, green... rather than the pale tail)."""
-    palette = sns.color_palette("colorblind", 10)
-    names = list(dict.fromkeys(str(p) for p in policies))
-    taken = {_FIXED[name] for name in names if name in _FIXED}
-    free = [i for i in range(len(palette)) if i not in taken]
-    colors = {}
-    for name in names:
-        if name in _FIXED:
-            colors[name] = palette[_FIXED[name]]
-        else:
-            colors[name] = palette[free.pop(0)] if free else palette[hash(name) % 10]
-    return colors
 
 
 def _theme() -> None:

@@ -35,8 +35,10 @@ from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.words import plural
 from sim.output.lock import LOCK, LOCK_FILES, FolderLock
+from sim.study.points import PointResult, SweepPoint
+from sim.study.result import SweepResult
 from sim.study.runner import chosen_policies
-from sim.study.sweep import PointResult, SweepPoint, SweepResult, stack, swept_keys
+from sim.study.sweep import stack, swept_keys
 
 MANIFEST = "manifest.json"
 PARTS = "parts"

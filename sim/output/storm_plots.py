@@ -87,8 +87,8 @@ def stress_figure(table: pd.DataFrame, window_s: float, title: str = "") -> Figu
     burst not recovered from within the window is an x on the 'not recovered' line. A policy
     whose line would hide under an earlier one's is drawn dashed, hollow-marked, on top. The
     legend, inside the figure, ranks policies by storm margin (as `sim.study.stress.margins`)."""
+    from sim.output.colors import policy_colors  # noqa: PLC0415 - seaborn import, only when drawing
     from sim.output.overlap import curve_twins, legend_handle  # noqa: PLC0415
-    from sim.output.plots import policy_colors  # noqa: PLC0415 - seaborn import, only when drawing
     from sim.study.stress import margins  # noqa: PLC0415 - sim.study.stress imports the runner
 
     durations = sorted(table["duration_s"].unique())

@@ -1,9 +1,11 @@
 """Where sweep points run: inline, in local processes, or on dask.distributed.
 
-Every executor calls the same pure `sim.study.sweep.run_point` and hands each result back to the
-caller's `on_done` in this process as it finishes (the caller stores it); results never depend
-on which executor or how many workers ran them, because a point's seed is fixed by its
-coordinates (see `sim.study.sweep`).
+Every executor calls the same pure, module-level function on each item (a sweep's points:
+`sim.study.sweep.run_point`; a run's policies: `sim.study.policy_pool.policy_job`) and hands each
+result back to the caller's `on_done` in this process as it finishes (the caller stores it);
+results never depend on which executor or how many workers ran them, because a point's seed is
+fixed by its coordinates (see `sim.study.sweep`). This module names no caller, so the sweep and
+the policy pool import it, never the other way round.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from sim.model.errors import ScenarioError
 from sim.study.parent_watch import ParentLifeline, watch_parent
 
 if TYPE_CHECKING:
-    from sim.study.sweep import PointResult, SweepPoint
+    from sim.study.points import PointResult, SweepPoint
 
 EXECUTORS = ("inline", "processes", "dask")
 #: Seconds to wait for an existing dask scheduler before giving up with a clear message.
@@ -88,32 +90,6 @@ class Executor:
             self._cluster.close()
         self._client = self._cluster = None
 
-    def run(
-        self,
-        scenario: Scenario,
-        points: Sequence[SweepPoint],
-        keys: Sequence[str],
-        *,
-        requests: int | None,
-        policies: Sequence[str] | None,
-        on_done: Callable[[PointResult], None],
-    ) -> None:
-        """Run `points`; `on_done(result)` is called in this process as each one finishes."""
-        from sim.study.sweep import run_point  # noqa: PLC0415 - sim.study.sweep imports this module lazily
-
-        if not points:
-            return
-        args = (list(keys), requests, list(policies) if policies else None)
-        if self.kind == "inline":
-            for point in points:
-                on_done(run_point(scenario, point, *args))
-        elif self.kind == "processes":
-            _run_processes(run_point, scenario, points, args, self.workers, on_done)
-        else:
-            if self._client is None:
-                raise RuntimeError("use the dask Executor as a context manager")
-            _run_dask(self._client, run_point, scenario, points, args, on_done)
-
     @property
     def client(self) -> Any:
         """The dask client (None unless a dask executor is entered)."""
@@ -127,9 +103,9 @@ class Executor:
         args: tuple[Any, ...],
         on_done: Callable[[Any], None],
     ) -> None:
-        """Run `fn(scenario, item, *args)` for every item (a run's policies, say) on this
-        executor; `on_done(result)` is called in this process as each one finishes. `fn` must
-        be importable by name (a module-level function) for processes and dask."""
+        """Run `fn(scenario, item, *args)` for every item (a sweep's points, a run's policies)
+        on this executor; `on_done(result)` is called in this process as each one finishes.
+        `fn` must be importable by name (a module-level function) for processes and dask."""
         if not items:
             return
         if self.kind == "inline":

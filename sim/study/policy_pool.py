@@ -29,7 +29,8 @@ from typing import Any
 
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.study.runner import PolicyOutcome, RunPlan, run_policy
+from sim.study.executors import Executor
+from sim.study.policy_run import PolicyOutcome, RunPlan, run_policy
 
 #: Seconds between a worker's progress messages (and its looks at the stop event).
 RELAY_EVERY_S = 0.25
@@ -219,8 +220,6 @@ def run_policies(
     """Every policy of `plan` on `executor`, its outcomes in the plan's order. A failure stops
     the other policies and is raised here (the first in the plan's order); `stop()` saying yes
     ends them all with KeyboardInterrupt."""
-    from sim.study.executors import Executor  # noqa: PLC0415 - sim.study.executors imports the sweep lazily
-
     outcomes: dict[str, PolicyOutcome] = {}
     failures: dict[str, BaseException] = {}
     with (

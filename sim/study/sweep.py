@@ -1,9 +1,11 @@
 """Sweeps: a grid (and paired `zip` lists) of key-path overrides x replications, each point a
 full `sim.run`.
 
-`expand` turns the scenario's `sweep:` block into points; `run_point` runs one (on any
-executor: it needs nothing but its arguments); `run_sweep` runs them all and stacks their
-tables, with one column per swept key plus `replication` and `seed`.
+`expand` turns the scenario's `sweep:` block into points (`sim.study.points`); `run_point` runs
+one (on any executor: it needs nothing but its arguments); `run_points` runs them on an
+executor, handing each finished point to the caller (who stores it: this module writes no file);
+`run_sweep` runs them all in memory and stacks their tables (`sim.study.result.SweepResult`),
+with one column per swept key plus `replication` and `seed`.
 
 Seeds: a point's seed is a function of the scenario's seed and the point's replication
 coordinate only (`replication_seed`), never of execution order, so results are byte-identical on
@@ -14,94 +16,22 @@ well as across policies), so a curve over the grid is paired, not noisy point to
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sim.analysis.aggregate import aggregate_replications
 from sim.analysis.capacity import REQUESTS
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import with_overrides
 from sim.model.streams import Streams
+from sim.study.executors import Executor
+from sim.study.points import PointResult, SweepPoint
+from sim.study.result import SweepResult
 from sim.study.runner import run
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One point of a sweep: its index in the plan, overrides by key path, replication, seed."""
-
-    index: int
-    overrides: dict[str, Any]
-    replication: int
-    seed: int
-
-    def label(self) -> str:
-        """`key=value, ...` for progress lines and figures."""
-        parts = [f"{k}={v}" for k, v in self.overrides.items()]
-        return ", ".join([*parts, f"rep {self.replication}"])
-
-    def key(self, inputs: str = "") -> str:
-        """A stable name for the point's stored part: its index and a hash of its coordinates
-        and of `inputs` (the store passes the fingerprint of everything else that makes the
-        numbers), so a part is never mistaken for another point's or another sweep's."""
-        text = json.dumps(
-            [inputs, self.overrides, self.replication, self.seed], sort_keys=True, default=str
-        )
-        return f"{self.index:05d}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
-
-
-@dataclass
-class PointResult:
-    """The tables of one point, tagged with its coordinates."""
-
-    point: SweepPoint
-    summary: pd.DataFrame
-    requests: pd.DataFrame
-    wall_s: float = 0.0
-
-
-@dataclass
-class SweepResult:
-    """Stacked tables of every point: the per-replication summary, the runs (for plots), and
-    `aggregate`: one row per grid point and policy with confidence intervals."""
-
-    points: list[SweepPoint]
-    summary: pd.DataFrame
-    requests: pd.DataFrame
-    keys: list[str] = field(default_factory=list)
-    scenario: Scenario | None = None
-
-    @property
-    def aggregate(self) -> pd.DataFrame:
-        """Replications pooled per grid point and policy (see docs/metrics.md)."""
-        return aggregate_replications(self.summary, self.keys)
-
-    def save(self, folder: str | Path, figures: bool = True) -> Path:
-        """Write the sweep's result files to `folder` (as `tailsim sweep` does); returns it."""
-        from sim.output.store import save_sweep  # noqa: PLC0415 - files are the store's job
-
-        if self.scenario is None:
-            raise ScenarioError("sweep", [("", "no scenario attached; cannot save")])
-        return save_sweep(self, Path(folder), figures=figures)
-
-    def plot(self) -> Figure:
-        """The sweep figure (hit rate with CI bands, $/success, $/request against the first
-        swept key), for a notebook."""
-        from sim.output.plots import sweep_figure  # noqa: PLC0415 - slow import, on demand
-
-        name = self.scenario.name if self.scenario is not None else ""
-        return sweep_figure(self.aggregate, self.keys, name)
 
 
 def replication_seed(seed: int, replication: int) -> int:
@@ -204,8 +134,6 @@ def run_sweep(
 ) -> SweepResult:
     """Run every point on `executor` ('inline', 'processes' or 'dask') and stack the tables in
     plan order; `progress(done, total, point)` is told as each point finishes."""
-    from sim.study.executors import Executor  # noqa: PLC0415
-
     points = expand(scenario)
     keys = swept_keys(scenario)
     results: list[PointResult] = []
@@ -216,8 +144,27 @@ def run_sweep(
             progress(len(results), len(points), result.point)
 
     with Executor(executor, workers, scheduler) as pool:
-        pool.run(scenario, points, keys, requests=requests, policies=policies, on_done=finished)
+        run_points(
+            pool, scenario, points, keys, requests=requests, policies=policies, on_done=finished
+        )
     return stack(scenario, points, keys, results)
+
+
+def run_points(
+    pool: Executor,
+    scenario: Scenario,
+    points: Sequence[SweepPoint],
+    keys: Sequence[str],
+    *,
+    requests: int | None,
+    policies: Sequence[str] | None,
+    on_done: Callable[[PointResult], None],
+) -> None:
+    """Run `points` on `pool` (an entered Executor); `on_done(result)` is called in this process
+    as each one finishes: where the caller stores it (`tailsim sweep` writes its part), for
+    this layer writes no file."""
+    args = (list(keys), requests, list(policies) if policies else None)
+    pool.each(run_point, scenario, points, args, on_done)
 
 
 def stack(

@@ -44,7 +44,8 @@ from sim.analysis.analytic import (
 from sim.model.config import Scenario
 from sim.model.latency import lognormal_params
 from sim.model.scenario import scenario_from_dict
-from sim.study.runner import RunResult, run
+from sim.study.result import RunResult
+from sim.study.runner import run
 
 #: Simulated requests of the base check at the default size (others use a multiple of it).
 DEFAULT_SIZE = 20_000

@@ -27,7 +27,7 @@ from test_vectorized_equivalence import qualifying_scenarios
 import sim
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.study.runner import RunResult
+from sim.study.result import RunResult
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((REPO / "scenarios").glob("*.yaml"))

@@ -27,7 +27,7 @@ import sim
 from sim.model.config import Scenario
 from sim.model.provider import OUTCOMES
 from sim.model.scenario import scenario_from_dict
-from sim.study.runner import RunResult
+from sim.study.result import RunResult
 
 # The profile registered in conftest.py: HYPOTHESIS_PROFILE, else "ci" (reproducible).
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")

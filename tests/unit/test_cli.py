@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import sim.analysis.capacity
+import sim.study.policy_run
 import sim.study.runner
 from sim.cli import main
 
@@ -411,7 +412,7 @@ def no_simulation(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return spy
 
     monkeypatch.setattr(sim.study.runner, "step_latencies", refuse("the pilot"))
-    monkeypatch.setattr(sim.study.runner, "arrival_times", refuse("the arrivals"))
+    monkeypatch.setattr(sim.study.policy_run, "arrival_times", refuse("the arrivals"))
     return started
 
 

@@ -14,12 +14,12 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from sim.output.colors import policy_colors
 from sim.output.overlap import ecdf_twins, point_twins
 from sim.output.plots import (
     _minor_label,
     dumbbell_figure,
     pareto_figure,
-    policy_colors,
     policy_comparison,
     strip_figure,
 )

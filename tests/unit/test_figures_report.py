@@ -16,7 +16,8 @@ from sim.analysis.aggregate import aggregate_replications
 from sim.analysis.reading import pareto_frontier, read_policies
 from sim.cli import main
 from sim.model.scenario import scenario_from_dict
-from sim.output.plots import folder_figures, policy_colors
+from sim.output.colors import policy_colors
+from sim.output.plots import folder_figures
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
 from sim.study.pilot import resolve_specs
 from sim.study.policy_pool import heaviest_first
+from sim.study.policy_run import RunPlan
 from sim.study.progress_lines import ProgressLines
-from sim.study.runner import RunPlan
 from tests.unit.test_cli import assert_exit, cli, tailsim_command
 
 #: run.json fields that say when and where a run ran (as the sweep's manifest has its own

@@ -26,7 +26,7 @@ from sim.output.results import (
     run_metadata,
     write_results,
 )
-from sim.study.runner import RunResult
+from sim.study.result import RunResult
 
 STAMP = re.compile(r"^\d{8}T\d{6}Z$")
 

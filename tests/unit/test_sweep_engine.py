@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import sim
-import sim.study.runner
+import sim.study.policy_run
 from sim.cli import main
 from sim.model.errors import ScenarioError
 from sim.output.store import default_sweep_folder
@@ -36,7 +36,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Record (engine asked for, "" if it ran vectorized else why not) of every policy run of
     every point (the summaries-only path a sweep point takes: `vectorized_in_chunks`)."""
     asked: list[tuple[str, str]] = []
-    real = sim.study.runner.vectorized_in_chunks
+    real = sim.study.policy_run.vectorized_in_chunks
 
     def spy(scenario: Any, policy: Any, streams: Any, arrivals: Any, engine: str, *rest: Any,
             **kw: Any) -> str:  # fmt: skip
@@ -44,7 +44,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         asked.append((engine, why))
         return why
 
-    monkeypatch.setattr(sim.study.runner, "vectorized_in_chunks", spy)
+    monkeypatch.setattr(sim.study.policy_run, "vectorized_in_chunks", spy)
     return asked
 
 

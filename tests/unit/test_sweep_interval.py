@@ -99,7 +99,7 @@ def test_a_real_sweep_band_is_binomial_within_a_point_and_wide_across_laws(
 def test_the_printed_sweep_table_marks_widened_bands() -> None:
     from rich.console import Console  # noqa: PLC0415
 
-    from sim.cli import sweep_table  # noqa: PLC0415
+    from sim.cli.sweep import sweep_table  # noqa: PLC0415
 
     stacked = pd.DataFrame(
         {

@@ -1,0 +1,206 @@
+"""The commands that search over many runs of a scenario: `tune` (per-step cutoffs, hedge
+delays and fallbacks) and `stress` (each policy's storm margin)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+import pandas as pd
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sim.cli.common import bad_input_exits, err, load, num, out, policy_names
+from sim.output.results import check_writable, default_folder, write_stress_results
+from sim.study.runner import chosen_policies
+
+
+@click.command(name="tune")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Scenario file to write: SCENARIO plus the winner as policy `tuned`.",
+)
+@click.option(
+    "--requests",
+    "-n",
+    type=click.IntRange(min=20),
+    help="Requests per candidate at the last rung, and in the comparison (default: `requests`).",
+)
+@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@click.option(
+    "--max-cost-per-request",
+    "max_cost",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Cost cap, USD per request (default: none).",
+)
+@click.option(
+    "--min-quality",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Floor on the mean quality of delivered runs (default: none).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
+def tune_command(
+    scenario: Path,
+    out_file: Path,
+    requests: int | None,
+    seed: int | None,
+    max_cost: float | None,
+    min_quality: float,
+    quiet: bool,
+) -> None:
+    """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
+    from sim.study.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
+
+    with bad_input_exits(), _tune_progress(quiet) as tick:
+        outcome = run_tune(
+            scenario,
+            out_file,
+            requests=requests,
+            seed=seed,
+            max_cost=max_cost,
+            min_quality=min_quality,
+            progress=tick,
+        )
+    if not quiet:
+        out.print(tune_table(outcome.comparison, outcome.note))
+        out.print(f"written: {out_file} (run it with: tailsim run {out_file})", markup=False)
+
+
+@contextmanager
+def _tune_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress bar over the search's evaluations on stderr (lines when not a terminal)."""
+    if quiet:
+        yield None
+        return
+    if not err.is_terminal:
+        last: list[str] = [""]
+
+        def line(stage: str, done: int, total: int) -> None:
+            if stage != last[0]:
+                err.print(f"tune: {stage}", markup=False)
+                last[0] = stage
+
+        yield line
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("tune", total=1)
+
+        def tick(stage: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=stage)
+
+        yield tick
+
+
+def tune_table(summary: pd.DataFrame, note: str) -> Table:
+    """The tuned policy beside every hand-written one, on the scenario's own seed."""
+    table = Table(title=note, title_justify="left")
+    for header in ("policy", "valid hit rate", "hit rate", "$/request", "quality"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for row in summary.to_dict("records"):
+        table.add_row(
+            str(row["policy"]),
+            f"{row['valid_hit_rate']:.2%}",
+            f"{row['hit_rate']:.2%}",
+            num(row["cost_per_request_usd"], 4),
+            num(row["quality_mean"], 3),
+        )
+    return table
+
+
+@click.command()
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option(
+    "--policy", "-p", "policies", multiple=True, help="Only these policies (repeat or commas)."
+)
+@click.option(
+    "--duration",
+    "durations",
+    multiple=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Burst lengths to try, s (repeat; default 60 and 120).",
+)
+@click.option(
+    "--multiplier",
+    "multipliers",
+    multiple=True,
+    type=click.FloatRange(min=1, min_open=True),
+    help="Rate multipliers to try in turn (repeat; default 1.5 2 3 4 6 8), then bisected.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Recovery window after the burst, s (default max(60, 4 deadlines)).",
+)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results folder.")
+@click.option("--no-plot", is_flag=True, help="Skip figures/stress.png.")
+def stress(
+    scenario: Path,
+    policies: tuple[str, ...],
+    durations: tuple[float, ...],
+    multipliers: tuple[float, ...],
+    window: float | None,
+    out_dir: Path | None,
+    no_plot: bool,
+) -> None:
+    """Find each policy's storm margin on SCENARIO: the largest burst (base rate x multiplier,
+    held for a duration) after which its goodput is back to its pre-burst level within the
+    recovery window."""
+    from sim.study.stress import StressPlan, default_plan, margins  # noqa: PLC0415
+    from sim.study.stress import stress as search  # noqa: PLC0415
+
+    with bad_input_exits():
+        _source, spec = load(scenario)
+        names = chosen_policies(spec, policy_names(policies), "--policy")
+        plan = default_plan(spec)
+        plan = StressPlan(
+            durations_s=tuple(durations) or plan.durations_s,
+            multipliers=tuple(sorted(multipliers)) or plan.multipliers,
+            calm_s=plan.calm_s,
+            window_s=window or plan.window_s,
+        )
+        folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="stress-")
+        check_writable(folder)
+        table = search(spec, names, plan)
+        best = margins(table)
+        write_stress_results(table, best, plan.window_s, spec.name, folder, figures=not no_plot)
+    out.print(stress_table(best, plan.window_s))
+    out.print(
+        f"results: {folder}/ (stress.csv, margins.csv"
+        + ("" if no_plot else ", figures/stress.png")
+        + ")",
+        markup=False,
+    )
+
+
+def stress_table(best: pd.DataFrame, window_s: float) -> Table:
+    """Per policy and burst length: the largest burst recovered from, and the storm margin."""
+    table = Table(
+        title=f"storm margin: largest burst after which goodput is back within {window_s:g} s",
+        title_justify="left",
+    )
+    for header in ("policy", "burst s", "largest x", "recovery s", "fails at x", "margin req"):
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    ranked = best.sort_values("margin_requests", ascending=False, kind="stable")
+    for row in ranked.to_dict("records"):
+        table.add_row(
+            str(row["policy"]),
+            f"{row['duration_s']:g}",
+            f"{row['largest_multiplier']:g}",
+            num(row["recovery_s"], 0),
+            "none tried" if pd.isna(row["first_failed"]) else f"{row['first_failed']:g}",
+            f"{row['margin_requests']:.0f}",
+        )
+    return table

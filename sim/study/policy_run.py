@@ -1,0 +1,257 @@
+"""One policy's share of a run: the plan every policy shares, the context it rebuilds from the
+seed (arrivals and draws), and the policy run on the engine that gives its numbers.
+
+Apart from `sim.study.runner` (which checks the options, runs the pilot and stacks the
+policies' outcomes into a RunResult) so that `sim.study.policy_pool` can run a policy in a
+worker without importing the runner that imports it. Any process may call `run_policy`: each
+rebuilds the same arrivals and draws (`RunPlan.context`), so the tables are the same to the bit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from sim.analysis.breakdown import provider_limits
+from sim.analysis.capacity import ALL, REQUESTS, check_fits
+from sim.analysis.metrics import calls_frame, requests_frame
+from sim.engine.choice import DES, VECTORIZED, vectorized_in_chunks, vectorized_tables
+from sim.engine.simulation import Simulation, serving_latencies
+from sim.engine.tally import PolicyTally, SettledRuns
+from sim.engine.vector_tables import VectorTables
+from sim.engine.vectorized import clock_arrivals
+from sim.model.arrivals import arrival_times
+from sim.model.config import Scenario
+from sim.model.rows import Records
+from sim.model.streams import CallDrawBank, Streams, WindowedDrawBank
+from sim.model.workflow import Workflow
+from sim.policy.actions import actions_frame
+from sim.policy.build import build_resolved
+from sim.policy.deadlines import rules_for
+from sim.policy.plans import Policy
+
+
+@dataclass
+class RunPlan:
+    """Everything one policy's share of a run depends on, small enough to send to a worker:
+    the pilot's results travel, the draws are made again from the seed (`context`)."""
+
+    scenario: Scenario
+    seed: int
+    n: int
+    names: list[str]
+    specs: dict
+    expected: dict
+    records: str
+    engine: str
+
+    def context(self) -> _RunContext:
+        """The arrivals and the (lazy) draw bank of this run: the same in every process."""
+        streams = Streams(self.seed, "main")
+        arrivals = arrival_times(self.scenario.arrivals, self.n, streams.generator("arrivals"))
+        bank = CallDrawBank(streams.child("calls"), self.n)
+        return _RunContext(
+            self, self.scenario, self.names, self.specs, streams, bank, arrivals,
+            serving_latencies(self.scenario), self.expected,
+            Workflow.from_scenario(self.scenario).steps,
+        )  # fmt: skip
+
+
+@dataclass
+class PolicyOutcome:
+    """One policy's share of a run, as `run` stacks it: its tables (records all), or its tally
+    and kept requests (the other records), and which engine ran it."""
+
+    name: str
+    engine: str
+    note: str
+    breaker_open_s: float
+    wall_s: float = 0.0
+    requests: pd.DataFrame | None = None
+    calls: pd.DataFrame | None = None
+    #: Tool steps' action records (event engine only).
+    actions: pd.DataFrame | None = None
+    tally: PolicyTally | None = None
+    #: Records "requests": the requests table, a chunk at a time.
+    kept: list[pd.DataFrame] = field(default_factory=list)
+
+
+def run_policy(
+    context: _RunContext,
+    name: str,
+    progress: Callable[[str, int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> PolicyOutcome:
+    """Policy `name` of the run, on the engine that gives its numbers (any process may)."""
+    began = time.perf_counter()
+    scenario = context.scenario
+    policy = build_resolved(name, context.specs[name], scenario, context.steps)
+    if context.plan.records != ALL:
+        outcome = _tallied_policy(context, name, policy, progress, stop)
+    else:
+        bank, arrivals, engine = context.bank, context.arrivals, context.plan.engine
+        fast, note = vectorized_tables(scenario, policy, bank, arrivals, engine, context.latencies)
+        if fast is not None:  # no controls: the vectorized engine never has a breaker
+            outcome = PolicyOutcome(name, VECTORIZED, note, 0.0, requests=fast.requests,
+                                    calls=fast.calls)  # fmt: skip
+            if progress:
+                progress(name, context.plan.n)
+            if stop is not None and stop():
+                raise KeyboardInterrupt
+        else:
+            records_ = context.simulate(name, policy, progress, stop)
+            outcome = PolicyOutcome(
+                name, DES, note, records_.breaker_open_s, requests=requests_frame(records_),
+                calls=calls_frame(records_), actions=actions_frame(records_),
+            )  # fmt: skip
+    outcome.wall_s = time.perf_counter() - began
+    return outcome
+
+
+@dataclass
+class _RunContext:
+    """What every policy of one run shares: the scenario, resolved specs, arrivals and draws."""
+
+    plan: RunPlan
+    scenario: Scenario
+    names: list[str]
+    specs: dict
+    streams: Streams
+    bank: CallDrawBank
+    arrivals: np.ndarray
+    latencies: dict
+    expected: dict
+    steps: list
+
+    @cached_property
+    def clocked(self) -> np.ndarray:
+        """The arrivals as the simulation clock sees them (the tallies' first sends)."""
+        return clock_arrivals(np.asarray(self.arrivals, dtype=float))
+
+    def simulate(
+        self,
+        name: str,
+        policy: Policy,
+        progress: Callable[[str, int], None] | None,
+        stop: Callable[[], bool] | None,
+    ) -> Records:
+        """Policy `name` on the event engine, with its deadline rules."""
+        tick = (lambda k, _name=name: progress(_name, k)) if progress else None
+        return self.simulation(name, policy).run(self.arrivals, tick, stop)
+
+    def simulation(self, name: str, policy: Policy) -> Simulation:
+        """A fresh event-engine simulation of policy `name`, with its deadline rules. Records
+        all: on the run's shared bank. Otherwise on a windowed bank of its own (blocks near the
+        requests in flight): that bank is for one pass over the requests in order, and shared, a
+        second policy's first blocks would count as stale and be drawn again on every use."""
+        rules = rules_for(self.scenario, name, self.expected[name])
+        bank = self.bank
+        if self.plan.records != ALL:
+            bank = WindowedDrawBank(self.streams.child("calls"), self.plan.n)
+        return Simulation(
+            self.scenario, policy, bank, self.streams, latencies=self.latencies, rules=rules
+        )
+
+
+def _tallied_policy(
+    context: _RunContext,
+    name: str,
+    policy: Policy,
+    progress: Callable[[str, int], None] | None,
+    stop: Callable[[], bool] | None,
+) -> PolicyOutcome:
+    """One policy keeping only its tally (records none) or its requests table too (requests):
+    vectorized, a chunk of requests at a time, so memory does not grow with calls."""
+    scenario, records = context.scenario, context.plan.records
+    collector = _Collector(context, name, context.clocked, records, progress, stop)
+    note = vectorized_in_chunks(
+        scenario, policy, context.streams.child("calls"), context.clocked, context.plan.engine,
+        collector.feed, context.latencies,
+    )  # fmt: skip
+    breaker_open = 0.0
+    if note:  # the event engine, whole: start the tally again
+        why = f"policy '{name}' needs the event engine ({note}): "
+        check_fits(scenario, context.plan.n, [name], records=records, event_engine=True, why=why)
+        if progress and collector.fed:
+            progress(name, -collector.fed)  # its chunks are dropped: back to the start
+        collector = _Collector(context, name, context.clocked, records, progress, stop)
+        breaker_open = collector.simulate(policy)
+    engine = DES if note else VECTORIZED
+    return PolicyOutcome(name, engine, note, breaker_open, tally=collector.tally,
+                         kept=collector.requests)  # fmt: skip
+
+
+class _Collector:
+    """One policy's tally (and requests table, if kept) as its chunks of tables come in."""
+
+    def __init__(
+        self,
+        context: _RunContext,
+        name: str,
+        clocked: np.ndarray,
+        records: str,
+        progress: Callable[[str, int], None] | None,
+        stop: Callable[[], bool] | None,
+    ) -> None:
+        scenario = context.scenario
+        self.context, self.name, self.records = context, name, records
+        self.progress, self.stop = progress, stop
+        self.tally = PolicyTally(
+            name,
+            clocked,
+            limits=provider_limits(scenario.providers),
+            tpm=tpm_quotas(scenario),
+            warmup_s=scenario.warmup_s,
+            first_signal_s=scenario.first_signal_s,
+        )
+        self.requests: list[pd.DataFrame] = []
+        self.fed = 0  # requests of vectorized chunks tallied
+
+    def feed(self, part: VectorTables, horizon: float) -> None:
+        """A vectorized chunk: tally it, keep its requests if asked, report progress."""
+        self.tally.add(part.requests, part.calls, None, horizon)
+        self.fed += len(part.requests)
+        if self.records == REQUESTS:
+            self.requests.append(part.requests)
+        if self.progress:
+            self.progress(self.name, len(part.requests))
+        if self.stop is not None and self.stop():
+            raise KeyboardInterrupt
+
+    def simulate(self, policy: Policy) -> float:
+        """The whole policy on the event engine, its settled runs tallied as it goes (see
+        `SettledRuns`); returns its breakers' open seconds."""
+        context, name = self.context, self.name
+        if isinstance(context.bank, WindowedDrawBank):
+            context.bank.rewind()  # this policy's pass starts again from the first request
+        sim = context.simulation(name, policy)
+        keep = self.requests if self.records == REQUESTS else None
+        settled = SettledRuns(sim, self.tally, keep)
+        progress = self.progress
+
+        def tick(k: int) -> None:
+            if progress is not None:
+                progress(name, k)
+            settled.check()
+
+        done = sim.run(context.arrivals, tick, self.stop)
+        settled.finish(done)
+        return done.breaker_open_s
+
+
+def tpm_quotas(scenario: Scenario) -> dict[tuple[str, str | None], int]:
+    """Every TPM quota of the scenario: (provider, None) for a provider's, (provider, model) for
+    a model's own."""
+    quotas: dict[tuple[str, str | None], int] = {}
+    for name, spec in scenario.providers.items():
+        if spec.tpm:
+            quotas[(name, None)] = spec.tpm
+        for model, serving in spec.serves.items():
+            if serving.tpm:
+                quotas[(name, model)] = serving.tpm
+    return quotas
