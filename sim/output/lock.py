@@ -13,6 +13,7 @@ import os
 import shlex
 import socket
 import sys
+import time
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,15 +78,25 @@ class FolderLock:
         self.release()
 
 
-def holder(folder: Path) -> str:
-    """`pid N on HOST: COMMAND, since TIME` for the process holding `folder`, as far as known."""
-    try:
-        owner: dict[str, Any] = json.loads((folder / OWNER).read_text(encoding="utf-8"))
-        pid = int(owner["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+#: How long a refused writer waits for the holder's note (written right after it takes the lock).
+NOTE_WAIT_S = 5.0
+
+
+def holder(folder: Path, wait_s: float = NOTE_WAIT_S) -> str:
+    """`pid N on HOST: COMMAND, since TIME` for the process holding `folder`, as far as known.
+
+    A writer that lost the race for the lock can look before the winner has written its note
+    (or while the note of an earlier, dead holder is still there): it reads again for up to
+    `wait_s` seconds, so under load the message still names the process in the way."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        owner = _live_owner(folder)
+        if owner is not None or time.monotonic() >= give_up:
+            break
+        time.sleep(0.05)
+    if owner is None:
         return "its pid is not written yet"
-    if owner.get("host") == socket.gethostname() and not _alive(pid):
-        return "its pid is not written yet"  # a dead writer's note; the holder is about to write
+    pid = int(owner["pid"])
     text = f"pid {pid}"
     if owner.get("host") and owner["host"] != socket.gethostname():
         text += f" on {owner['host']}"
@@ -94,6 +105,18 @@ def holder(folder: Path) -> str:
     if owner.get("started_utc"):
         text += f", since {owner['started_utc']}"
     return text
+
+
+def _live_owner(folder: Path) -> dict[str, Any] | None:
+    """The holder's note if it names a live process (or one on another host), else None."""
+    try:
+        owner: dict[str, Any] = json.loads((folder / OWNER).read_text(encoding="utf-8"))
+        pid = int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # not written yet, or half-written
+    if owner.get("host") == socket.gethostname() and not _alive(pid):
+        return None  # a dead writer's note; the holder is about to write its own
+    return owner
 
 
 def _alive(pid: int) -> bool:
