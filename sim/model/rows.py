@@ -36,6 +36,7 @@ FAILED = "failed"  # the remote refused it (transient error): nothing was commit
 UNKNOWN = "unknown"  # the workflow stopped waiting after the submit: to be reconciled
 STATES = (PLANNED, SUBMITTED, CONFIRMED, FAILED, UNKNOWN)
 
+
 @dataclass(slots=True)
 class Action:
     """One submit (or planned submit) of a tool step; becomes one row of actions.parquet."""

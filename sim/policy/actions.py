@@ -48,6 +48,7 @@ class ToolStepRun(Protocol):
         """Count an attempt refused for lack of time."""
         ...
 
+
 ACTION_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "idempotency_key", "planned_s",
     "submitted_s", "committed_s", "answered_s", "state", "recognised", "duplicate", "late",
