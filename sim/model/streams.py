@@ -170,13 +170,6 @@ class WindowedDrawBank(CallDrawBank):
             self._blocks[(key, block)] = found
         return found
 
-    def rewind(self) -> None:
-        """Start a new pass from the first request (the next policy of a run): without it, every
-        block of the new pass looks like an old one (a late re-send) and is drawn again at every
-        use, which made a second policy many times slower than the first."""
-        self._newest = 0
-        self._blocks.clear()
-
     def _evict(self) -> None:
         oldest = self._newest - self.keep
         for key in [k for k in self._blocks if k[1] < oldest]:

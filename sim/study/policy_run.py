@@ -227,8 +227,6 @@ class _Collector:
         """The whole policy on the event engine, its settled runs tallied as it goes (see
         `SettledRuns`); returns its breakers' open seconds."""
         context, name = self.context, self.name
-        if isinstance(context.bank, WindowedDrawBank):
-            context.bank.rewind()  # this policy's pass starts again from the first request
         sim = context.simulation(name, policy)
         keep = self.requests if self.records == REQUESTS else None
         settled = SettledRuns(sim, self.tally, keep)

@@ -326,9 +326,9 @@ def test_explain_reads_a_summaries_only_folder(tmp_path: Path) -> None:
 def test_each_policy_of_a_summaries_only_run_draws_its_blocks_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The policies of a run share one windowed bank, each from the first request again: a
-    policy draws the blocks it draws alone. (Without `rewind` every later policy took its blocks
-    for a late re-send's and drew one again at almost every use: 9x slower at 30,000 requests.)"""
+    """Each policy of a summaries-only run gets a windowed bank of its own: a policy draws the
+    blocks it draws alone. (With one bank shared, every later policy took its blocks for a late
+    re-send's and drew one again at almost every use: 9x slower at 30,000 requests.)"""
     monkeypatch.setattr(sim.model.streams, "WINDOW_ROWS", 64)  # 16 blocks, 4 kept
     scenario = load_scenario(SCENARIOS / "tpm-saturation.yaml")  # the event engine: quotas
     block = WindowedDrawBank._block
