@@ -19,6 +19,7 @@ import simpy
 from sim.engine.choice import vectorized_tables
 from sim.model.backoff import retry_wait, sdk_wait
 from sim.model.config import ProviderSpec, SdkSpec
+from sim.model.errors import ScenarioError
 from sim.model.latency import OK, CallDraws, CallLatency, Constant
 from sim.model.provider import Call, Provider, Serving
 from sim.model.scenario import scenario_from_dict
@@ -452,3 +453,34 @@ def test_overhead_runs_on_the_event_engine() -> None:
     tables, why = vectorized_tables(scenario, policy, bank, np.zeros(3), "auto")
     assert tables is None
     assert "overhead_s" in why
+
+
+# ----------------------------------------------------------------------------- the keys
+
+
+@pytest.mark.parametrize(
+    ("provider", "path", "says"),
+    [
+        ({"sdk": "openaii"}, "providers.p1.sdk.preset", "'openai'"),
+        ({"sdk": {"preset": "openai", "retry_on": [429, 500]}}, "providers.p1.sdk.retry_on", "5xx"),
+        ({"sdk": {"timeout_s": 0}}, "providers.p1.sdk.timeout_s", "greater than 0"),
+        ({"sdk": {"retry_after_above_max": "wait"}}, "providers.p1.sdk.retry_after_above_max", ""),
+        ({"sdk": {"backoff": {"jitter": "sdkk"}}}, "providers.p1.sdk.backoff.jitter", "additive"),
+        ({"overhead_held": 1.5}, "providers.p1.overhead_held", "1"),
+        ({"overhead_s": {"median": 0.05}}, "providers.p1.overhead_s", "p99"),
+    ],
+)
+def test_bad_client_keys_name_their_path(provider: dict[str, Any], path: str, says: str) -> None:
+    data = scenario_dict(providers={"p1": {"serves": {"big": serving()}, **provider}})
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_dict(data)
+    [(where, message)] = caught.value.problems
+    assert where.startswith(path)
+    assert says in message
+
+
+def test_resolved_presets_load_back_the_same() -> None:
+    """A preset written out in full (scenario.resolved.yaml) loads back to the same spec."""
+    for name in ("none", "openai", "anthropic", "litellm"):
+        spec = preset(name, timeout_s=3.0)
+        assert SdkSpec.model_validate(spec.model_dump(mode="json")) == spec
