@@ -128,7 +128,11 @@ def _minimise(
         bounds = [*bounds[:6], (-12, 3)]
     with np.errstate(all="ignore"):
         return optimize.minimize(
-            lambda x: _negloglik(model, x, gaps, r), x0, method="L-BFGS-B", bounds=bounds
+            lambda x: _negloglik(model, x, gaps, r),
+            x0,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"ftol": 1e-8, "gtol": 1e-4},
         )
 
 

@@ -86,6 +86,7 @@ def fit_extras(
         usable &= calls["start_s"] <= last_arrival
     fits: list[ExtraFit] = []
     spell_r = r
+    first: dict[str, ExtraFit] = {}
     if has_requests:
         # a hard request's calls are close in time, so its effect reads as a short spell, and
         # a spell's calls share requests: backfit. Spells first, then the request effect on
@@ -101,10 +102,12 @@ def fit_extras(
                 despelled[spells.detail.index] -= spells.detail * d
         hardness = fit_hardness(ids, despelled.to_numpy(float))
         fits.append(difficulty_extra(hardness))
-        spell_r = r.copy()
-        spell_r[usable] = r[usable] - request_effects(ids, despelled.to_numpy(float), hardness)
+        if hardness.supported:  # else the first pass stands
+            spell_r = r.copy()
+            spell_r[usable] = r[usable] - request_effects(ids, despelled.to_numpy(float), hardness)
+            first = {}
     for provider, part in _by_provider(calls, usable):
-        spells = episodes_fit(part, spell_r[part.index], str(provider))
+        spells = first.get(provider) or episodes_fit(part, spell_r[part.index], str(provider))
         fits.append(spells)
         # calls likely in a spell are left out of the load curve: a spell also keeps more calls
         # in flight (they last longer), which would read as load dependence
