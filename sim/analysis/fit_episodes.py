@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize, stats
+from threadpoolctl import threadpool_limits
 
 #: Significance of the persistence test (spells over the same components without persistence).
 ALPHA = 0.01
@@ -50,18 +51,20 @@ class SpellFit:
     params: tuple[float, ...] = ()
 
 
-def _normal(r: np.ndarray, m: float, s: float) -> np.ndarray:
-    """The normal density of r, mean m and sd s."""
+def _normal(r: np.ndarray, m: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """The normal density of r, mean m and sd s (broadcast)."""
     z = (r - m) / s
     return np.exp(-0.5 * z * z - 0.5 * _LOG_2PI) / s
 
 
 def _emissions(r: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Density of each residual in the quiet state and in a spell, under parameters p
-    (m, log s, d, logit eps, m_o, log s_o, ...)."""
-    m, s, d = p[0], math.exp(p[1]), p[2]
-    eps = 1.0 / (1.0 + math.exp(-p[3]))
-    outlier = eps * _normal(r, p[4], math.exp(p[5]))
+    (m, log s, d, logit eps, m_o, log s_o, ...): one row per row of a 2-d p."""
+    p = np.atleast_2d(p)
+    col = [p[:, i : i + 1] for i in range(6)]
+    m, s, d = col[0], np.exp(col[1]), col[2]
+    eps = 1.0 / (1.0 + np.exp(-col[3]))
+    outlier = eps * _normal(r, col[4], np.exp(col[5]))
     floor = 1e-300
     quiet = (1 - eps) * _normal(r, m, s) + outlier + floor
     spell = (1 - eps) * _normal(r, m + d, s) + outlier + floor
@@ -69,70 +72,90 @@ def _emissions(r: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _chain_loglik(
-    gaps: np.ndarray, quiet: np.ndarray, spell: np.ndarray, up: float, down: float
-) -> float:
-    """log P(residuals) under the two-state chain with rates up (quiet to spell) and down."""
+    gaps: np.ndarray, quiet: np.ndarray, spell: np.ndarray, up: np.ndarray, down: np.ndarray
+) -> np.ndarray:
+    """log P(residuals) under the two-state chain with rates up (quiet to spell) and down,
+    one value per row of quiet and spell (up and down: a column each)."""
     total = up + down
     share = up / total
     decay = np.exp(-total * gaps)
     # transition matrix over each gap, times the next emission (column scaling)
-    a = (1 - share * (1 - decay)) * quiet[1:]
-    b = share * (1 - decay) * spell[1:]
-    c = (1 - share) * (1 - decay) * quiet[1:]
-    d = (share + (1 - share) * decay) * spell[1:]
-    log_scale = 0.0
-    while len(a) > 1:
-        if len(a) % 2:
-            a, b, c, d = (np.append(x, y) for x, y in ((a, 1.0), (b, 0.0), (c, 0.0), (d, 1.0)))
-        a0, b0, c0, d0 = a[0::2], b[0::2], c[0::2], d[0::2]
-        a1, b1, c1, d1 = a[1::2], b[1::2], c[1::2], d[1::2]
+    a = (1 - share * (1 - decay)) * quiet[:, 1:]
+    b = share * (1 - decay) * spell[:, 1:]
+    c = (1 - share) * (1 - decay) * quiet[:, 1:]
+    d = (share + (1 - share) * decay) * spell[:, 1:]
+    log_scale = np.zeros(len(quiet))
+    while a.shape[1] > 1:
+        if a.shape[1] % 2:
+            one, zero = np.ones((len(a), 1)), np.zeros((len(a), 1))
+            a, b = np.hstack([a, one]), np.hstack([b, zero])
+            c, d = np.hstack([c, zero]), np.hstack([d, one])
+        a0, b0, c0, d0 = a[:, 0::2], b[:, 0::2], c[:, 0::2], d[:, 0::2]
+        a1, b1, c1, d1 = a[:, 1::2], b[:, 1::2], c[:, 1::2], d[:, 1::2]
         a, b, c, d = a0 * a1 + b0 * c1, a0 * b1 + b0 * d1, c0 * a1 + d0 * c1, c0 * b1 + d0 * d1
         scale = np.maximum(np.maximum(a, b), np.maximum(c, d))
-        log_scale += float(np.log(scale).sum())
+        log_scale += np.log(scale).sum(axis=1)
         a, b, c, d = a / scale, b / scale, c / scale, d / scale
-    first_q, first_s = (1 - share) * quiet[0], share * spell[0]
-    end = first_q * (a[0] + b[0]) + first_s * (c[0] + d[0]) if len(a) else first_q + first_s
-    return log_scale + math.log(max(end, 1e-300))
+    first_q, first_s = (1 - share[:, 0]) * quiet[:, 0], share[:, 0] * spell[:, 0]
+    if a.shape[1]:
+        end = first_q * (a[:, 0] + b[:, 0]) + first_s * (c[:, 0] + d[:, 0])
+    else:
+        end = first_q + first_s
+    return log_scale + np.log(np.maximum(end, 1e-300))
+
+
+def _negloglik_rows(model: str, x: np.ndarray, gaps: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Minus the log-likelihood of `model` at each row of transformed parameters x."""
+    x = np.atleast_2d(x)
+    if model == "none":
+        full = np.hstack([x[:, :2], np.zeros((len(x), 1)), x[:, 2:5]])
+        quiet, _ = _emissions(r, full)
+        return -np.log(quiet).sum(axis=1)
+    quiet, spell = _emissions(r, x)
+    if model == "mixture":
+        pi = 1.0 / (1.0 + np.exp(-x[:, 6:7]))
+        return -np.log((1 - pi) * quiet + pi * spell).sum(axis=1)
+    up, down = np.exp(x[:, 6:7]), np.exp(x[:, 7:8])
+    return -_chain_loglik(gaps, quiet, spell, up, down)
 
 
 def _negloglik(model: str, x: np.ndarray, gaps: np.ndarray, r: np.ndarray) -> float:
     """Minus the log-likelihood of `model` at transformed parameters x."""
-    if model == "none":
-        quiet, _ = _emissions(r, np.append(x[:2], [0.0, *x[2:5]]))
-        return -float(np.log(quiet).sum())
-    quiet, spell = _emissions(r, x)
-    if model == "mixture":
-        pi = 1.0 / (1.0 + math.exp(-x[6]))
-        return -float(np.log((1 - pi) * quiet + pi * spell).sum())
-    up, down = math.exp(x[6]), math.exp(x[7])
-    return -_chain_loglik(gaps, quiet, spell, up, down)
+    return float(_negloglik_rows(model, x, gaps, r)[0])
+
+
+BOUNDS = [(None, None), (-7, 3), (0.0, 5.0), (-12, 0), (None, None), (-7, 3), (-20, 10), (-20, 10)]
 
 
 def _minimise(
     model: str, x0: np.ndarray, gaps: np.ndarray, r: np.ndarray
 ) -> optimize.OptimizeResult:
-    """The maximum-likelihood fit of `model` from x0 (bounds keep the scales sane)."""
-    bounds = [
-        (None, None),
-        (-7, 3),
-        (0.0, 5.0),
-        (-12, 0),
-        (None, None),
-        (-7, 3),
-        (-20, 10),
-        (-20, 10),
-    ]
+    """The maximum-likelihood fit of `model` from x0 (bounds keep the scales sane). The value
+    and its forward-difference gradient are computed in one batch of parameter rows."""
+    bounds = BOUNDS
     if model == "none":
         bounds = [bounds[i] for i in (0, 1, 3, 4, 5)]
     elif model == "mixture":
         bounds = [*bounds[:6], (-12, 3)]
-    with np.errstate(all="ignore"):
+    upper = np.array([np.inf if hi is None else hi for _, hi in bounds])
+
+    def value_and_gradient(x: np.ndarray) -> tuple[float, np.ndarray]:
+        step = 1e-6 * np.maximum(1.0, np.abs(x))
+        step = np.where(x + step > upper, -step, step)  # stay inside the bounds
+        rows = np.vstack([x, x + np.diag(step)])
+        values = _negloglik_rows(model, rows, gaps, r)
+        return float(values[0]), (values[1:] - values[0]) / step
+
+    # L-BFGS-B's 8-dimensional linear algebra on a multi-threaded BLAS spends its time
+    # waking threads (7x slower on a busy machine): one thread
+    with np.errstate(all="ignore"), threadpool_limits(1):
         return optimize.minimize(
-            lambda x: _negloglik(model, x, gaps, r),
+            value_and_gradient,
             x0,
+            jac=True,
             method="L-BFGS-B",
             bounds=bounds,
-            options={"ftol": 1e-8, "gtol": 1e-4},
+            options={"ftol": 1e-10, "gtol": 1e-5},
         )
 
 
@@ -247,7 +270,7 @@ def spell_probability(start_s: np.ndarray, residual: np.ndarray, fit: SpellFit) 
     up, down = math.exp(x[6]), math.exp(x[7])
     share, total = up / (up + down), up + down
     decay = np.exp(-total * np.diff(t)).tolist()
-    q, s = quiet.tolist(), spell.tolist()
+    q, s = quiet[0].tolist(), spell[0].tolist()
     forward = np.empty((n, 2))
     f0, f1 = (1 - share) * q[0], share * s[0]
     norm = f0 + f1

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from sim.analysis.fit_arrivals import fit_arrivals as _fit_arrivals
 from sim.analysis.fit_episodes import fit_spells, spell_probability
@@ -76,6 +77,14 @@ def fit_extras(
 ) -> list[ExtraFit]:
     """Every extra the log allows: spells, load and overhead per provider, difficulty over
     requests, arrivals from the first call of each request (or every call)."""
+    with threadpool_limits(1):  # small optimisations: BLAS threads only cost (fit_episodes)
+        return _fit_extras(calls, base, concurrency)
+
+
+def _fit_extras(
+    calls: pd.DataFrame, base: dict[tuple[str, str], dict] | None, concurrency: float | None
+) -> list[ExtraFit]:
+    """`fit_extras`' work."""
     r = residuals(calls, base)
     usable = r.notna()
     has_requests = "request_id" in calls and bool(calls["request_id"].notna().any())

@@ -68,7 +68,7 @@ def test_spells_detected_and_recovered() -> None:
 def test_no_spells_reported_in_19_of_20_seeds() -> None:
     """Independent calls (with stalls, a skewed body): the persistence test at alpha 1% and
     the BIC: at most one false report in 20 seeds (expected ~0.2)."""
-    reported = [fit_spells(*spell_log(1000, 60.0, 6.0, 1.0, seed)).supported for seed in range(20)]
+    reported = [fit_spells(*spell_log(2000, 60.0, 6.0, 1.0, seed)).supported for seed in range(20)]
     assert sum(reported) <= 1, reported
 
 
