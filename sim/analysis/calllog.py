@@ -6,6 +6,9 @@ it; the fits (`sim.analysis.fit_marginals`, `sim.analysis.fit_extras`) read only
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import numpy as np
 import pandas as pd
 
 #: column -> pandas dtype, in order (see FIT_SCHEMA / docs/fitting.md).
@@ -26,6 +29,9 @@ CALL_LOG_COLUMNS: dict[str, str] = {
 
 #: Allowed values of `status`.
 STATUSES: tuple[str, ...] = ("ok", "error", "rate_limited", "invalid", "timeout")
+
+#: Example row numbers kept per kind of garbage.
+EXAMPLES = 5
 
 #: Columns a log must provide (the others are optional and filled with NaN / <NA>).
 REQUIRED_COLUMNS: tuple[str, ...] = ("latency_s",)
@@ -53,3 +59,33 @@ def conform(frame: pd.DataFrame) -> pd.DataFrame:
         if column in frame.columns:
             out[column] = frame[column].astype(dtype)
     return out
+
+
+@dataclass
+class Garbage:
+    """Rows skipped, by kind: how many and the first few row numbers (1-based data rows)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[int]] = field(default_factory=dict)
+    rows_read: int = 0
+
+    def add(self, kind: str, rows: np.ndarray) -> None:
+        """Count `rows` (row numbers) as garbage of `kind`."""
+        if len(rows) == 0:
+            return
+        self.counts[kind] = self.counts.get(kind, 0) + len(rows)
+        kept = self.examples.setdefault(kind, [])
+        kept.extend(int(r) for r in rows[: max(0, EXAMPLES - len(kept))])
+
+    @property
+    def total(self) -> int:
+        """Rows skipped (a row is counted once, under its first problem)."""
+        return sum(self.counts.values())
+
+    def lines(self) -> list[str]:
+        """One line per kind: `kind: N rows (e.g. rows 3, 17)`."""
+        return [
+            f"{kind}: {n:,} row{'s' if n > 1 else ''} (e.g. row "
+            f"{', '.join(str(r) for r in self.examples[kind])})"
+            for kind, n in sorted(self.counts.items(), key=lambda kv: -kv[1])
+        ]
