@@ -326,8 +326,11 @@ def _rate(k: int, n: int) -> tuple[float, float]:
     return p, math.sqrt(p * (1 - p) / n)
 
 
-def fit_group(calls: pd.DataFrame, provider: str, model: str) -> MarginalFit:
-    """Fit one serving path from its rows of the normalized call log."""
+def fit_group(
+    calls: pd.DataFrame, provider: str, model: str, total_time: bool = False
+) -> MarginalFit:
+    """Fit one serving path from its rows of the normalized call log (`total_time`: fit the
+    whole call even where the log has first-token times)."""
     status = calls["status"].fillna("ok").astype(str)
     counts = {
         s: int((status == s).sum()) for s in ("ok", "error", "invalid", "rate_limited", "timeout")
@@ -348,7 +351,7 @@ def fit_group(calls: pd.DataFrame, provider: str, model: str) -> MarginalFit:
         notes.append(f"{counts['rate_limited']} rate-limited calls left out (quota, not serving)")
     lengths = tokens[np.isfinite(tokens) & (tokens > 0)]
     output = fit_lognormal(lengths) if len(lengths) >= 2 else None
-    if has_ttft and has_tokens:
+    if has_ttft and has_tokens and not total_time:
         mode = "first_token"
         first = calls.loc[status.isin(["ok", "invalid", "error"]), ["ttft_s", "latency_s"]]
         first_times = first["ttft_s"].fillna(first["latency_s"]).to_numpy(float)
@@ -362,7 +365,8 @@ def fit_group(calls: pd.DataFrame, provider: str, model: str) -> MarginalFit:
         stall = fit_stall_mixture(latency[usable] - ttft[usable], tokens[usable])
     else:
         mode = "total_time"
-        notes.append("no first-token column" if not has_ttft else "no output-token column")
+        if not total_time:
+            notes.append("no first-token column" if not has_ttft else "no output-token column")
         positive = latency[latency > 0]
         stall = fit_stall_mixture(positive, np.ones(len(positive)))
         body = stall.speed  # 1 / time with one token: the body's time is LN(-mu, sigma)

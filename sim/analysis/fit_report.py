@@ -61,7 +61,7 @@ def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int
     if mode in ("auto", "first_token"):
         candidates.append(fit_group(group, provider, model))
     if mode == "total_time" or (mode == "auto" and candidates[0].mode == "first_token"):
-        candidates.append(fit_group(group.assign(ttft_s=np.nan), provider, model))
+        candidates.append(fit_group(group, provider, model, total_time=True))
     scored = []
     for fit in candidates:
         draws = _draws(fit, tokens, seed)
