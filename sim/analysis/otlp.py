@@ -92,11 +92,11 @@ def _spans(path: Path) -> Iterator[dict[str, Any]]:
                     yield {**span, "_resource": resource_attrs}
 
 
-def _nanos(value: Any) -> float:
+def _nanos(value: Any) -> int | None:
     try:
-        return float(int(value))
+        return int(value)
     except (TypeError, ValueError):
-        return float("nan")
+        return None
 
 
 def read_otlp_log(
@@ -130,9 +130,10 @@ def read_otlp_log(
                 "row": number,
                 "span": span.get("spanId"),
                 "parent": span.get("parentSpanId") or None,
-                "start_ns": start,
-                "end_ns": end,
-                "start_s": start / 1e9,
+                "duration_s": (end - start) / 1e9
+                if start is not None and end is not None
+                else float("nan"),
+                "start_s": start / 1e9 if start is not None else float("nan"),
                 "ttft_s": ttft,
                 "provider": _first(attrs, PROVIDER_KEYS),
                 "model": _first(attrs, MODEL_KEYS),
@@ -151,7 +152,7 @@ def read_otlp_log(
     if not records:
         return empty_call_log()
     frame = pd.DataFrame.from_records(records)
-    duration = (frame["end_ns"] - frame["start_ns"]) / 1e9
+    duration = frame["duration_s"].astype("float64")
     nested = frame["parent"].isin(ids).to_numpy()
     for parent, seconds in zip(frame.loc[nested, "parent"], duration[nested], strict=True):
         inner[parent] = seconds

@@ -89,7 +89,7 @@ def fit(
             if quiet or (now - last[0] < 1.0 and done < total):
                 return
             last[0] = now
-            err.print(f"fit: reading {source} {done / total:.0%}", markup=False)
+            err.print(f"fit: reading {source} {done / total:.0%}", markup=False, soft_wrap=True)
 
         calls, garbage = read_call_logs(list(traces), mapping, progress)
         skipped = [(src, g) for src, g in garbage.items() if g.total]
@@ -98,17 +98,22 @@ def fit(
                 f"{source}: {g.total:,} of {g.rows_read:,} rows skipped"
                 + (" (--strict: rejected)" if strict else ""),
                 markup=False,
+                soft_wrap=True,
             )
             for line in g.lines():
-                err.print(f"  {line}", markup=False)
+                err.print(f"  {line}", markup=False, soft_wrap=True)
         if strict and skipped:
             sys.exit(EXIT_BAD_INPUT)
         if calls.empty:
             raise ScenarioError(", ".join(map(str, traces)), [("", "no usable calls in the logs")])
-        tick = None if quiet else (lambda what: err.print(f"fit: fitting {what}", markup=False))
+        tick = (
+            None
+            if quiet
+            else (lambda what: err.print(f"fit: fitting {what}", markup=False, soft_wrap=True))
+        )
         fits, too_small = fit_calls(calls, groups, mode, min_calls, seed, tick)
         for line in too_small:
-            err.print(f"skipped {line}", markup=False)
+            err.print(f"skipped {line}", markup=False, soft_wrap=True)
         if not fits:
             raise ScenarioError(
                 ", ".join(map(str, traces)), [("", f"no group has {min_calls} ok calls to fit")]
@@ -138,7 +143,7 @@ def fit(
         png.with_name(png.name + ".tmp.png").replace(png)
         if not quiet:
             names = ", ".join(p.name for p in [*written, png])
-            out.print(f"fitted: {out_file} ({names})", markup=False)
+            out.print(f"fitted: {out_file} ({names})", markup=False, soft_wrap=True)
 
 
 def _table(table) -> Table:  # type: ignore[no-untyped-def]

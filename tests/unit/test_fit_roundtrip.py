@@ -14,6 +14,7 @@ from scipy.stats import lognorm
 
 from sim.analysis.fit_marginals import fit_group, mixture_loglik
 from sim.analysis.log_readers import read_call_logs
+from sim.model.config import ServingSpec
 from sim.model.latency import LogNormal
 
 N = 50_000
@@ -112,11 +113,10 @@ def test_total_latency_median_and_p99_within_3_percent(fitted) -> None:
 
 
 def test_serving_block_is_a_valid_scenario_block(fitted) -> None:
-    from sim.model.config import ServingSpec
-
     block = fitted.serving_block()
     spec = ServingSpec.model_validate(block)
-    assert spec.stall is not None and spec.stall.probability == pytest.approx(STALL_P, abs=0.005)
+    assert spec.stall is not None
+    assert spec.stall.probability == pytest.approx(STALL_P, abs=0.005)
     assert set(fitted.standard_errors()) >= {"ttft_s", "tokens_per_s", "stall", "error_rate"}
 
 
@@ -132,7 +132,11 @@ def test_convolution_quadrature_matches_adaptive_integration() -> None:
         m, s_v = np.log(tokens[i]) - theta[0], np.exp(theta[1])
         f_g = lognorm(s_v, scale=np.exp(m)).pdf
         f_s = lognorm(np.exp(theta[4]), scale=np.exp(theta[3])).pdf
-        h = quad(lambda y, i=i: f_g(y) * f_s(g[i] - y), 0, g[i], limit=400, points=[np.exp(m)])[0]
+
+        def integrand(y: float, i: int = i, f_g=f_g, f_s=f_s) -> float:
+            return f_g(y) * f_s(g[i] - y)
+
+        h = quad(integrand, 0, g[i], limit=400, points=[np.exp(m)])[0]
         exact = np.log((1 - p) * f_g(g[i]) + p * h)
         assert ll[i] == pytest.approx(exact, rel=1e-3, abs=1e-3)
 
