@@ -51,9 +51,19 @@ def _draws(fit: MarginalFit, tokens: np.ndarray, seed: int) -> np.ndarray:
     return fit.sample(rng, MODEL_DRAWS, usable if len(usable) else None)
 
 
+def _misfit(observed: np.ndarray, draws: np.ndarray, ks: float) -> float:
+    """How badly a fit reproduces total latency: KS distance plus the largest |log ratio| of
+    fitted to observed p50, p95 and p99 (the body and the tail both count)."""
+    if not len(observed) or not math.isfinite(ks):
+        return 1e9
+    qs = (50, 95, 99)
+    ratios = np.log(np.percentile(draws, qs) / np.percentile(observed, qs))
+    return ks + float(np.max(np.abs(ratios)))
+
+
 def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int) -> GroupFit:
     """Fit one group; `auto` fits first token + generation where there is a first-token column
-    and keeps it unless the total-time fit reproduces total latency better (smaller KS)."""
+    and keeps it unless the total-time fit reproduces total latency better (`_misfit`)."""
     ok = group[group["status"].fillna("ok") == "ok"]
     observed = ok["latency_s"].to_numpy(float)
     tokens = ok["output_tokens"].to_numpy(float)
@@ -67,12 +77,13 @@ def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int
         draws = _draws(fit, tokens, seed)
         ks = float(ks_2samp(observed, draws).statistic) if len(observed) else float("nan")
         scored.append(GroupFit(fit, observed, tokens, draws, ks))
-    best = min(scored, key=lambda g: g.ks if math.isfinite(g.ks) else 1.0)
+    best = min(scored, key=lambda g: _misfit(g.observed, g.modelled, g.ks))
     if len(scored) == 2 and best is scored[1]:
+        first, total = (_misfit(g.observed, g.modelled, g.ks) for g in scored)
         best.fit.notes.append(
-            f"total time fitted: KS {scored[1].ks:.3f} vs {scored[0].ks:.3f} from first token + "
-            "generation (a generation time the lognormal speed cannot carry, e.g. buffered "
-            "answers)"
+            f"total time fitted: misfit {total:.3f} vs {first:.3f} from first token + "
+            "generation (KS + largest |log ratio| of p50/p95/p99; a generation time the "
+            "lognormal speed cannot carry, e.g. answers buffered then sent at once)"
         )
     return best
 
