@@ -21,7 +21,7 @@ from sim.cli import main
 from sim.model.arrivals import arrival_times
 from sim.model.config import ArrivalsSpec
 from sim.model.scenario import scenario_from_dict
-from sim.study.synth import CALL_LOG_COLUMNS, synth_calls
+from sim.study.synth import CALL_LOG_COLUMNS, calls_to_log, synth_calls
 
 REPO = Path(__file__).resolve().parents[2]
 AZURE = REPO / "scenarios" / "data" / "azure-llm-trace-2023" / "AzureLLMInferenceTrace_code.csv"
@@ -227,3 +227,32 @@ def test_synth_command_writes_the_call_log(tmp_path: Path) -> None:
     assert unknown.exit_code == 2
     assert "unknown policy" in unknown.output
     assert not missing.exists()
+
+
+def test_calls_to_log_maps_outcomes_and_overhead() -> None:
+    """Outcomes become statuses (truncated -> invalid, cancelled left out), queue time counts
+    in latency and first token, and an `overhead_s` column gives server_latency_s."""
+    calls = pd.DataFrame(
+        {
+            "request_id": [0, 0, 1, 2],
+            "resend": [0, 0, 1, 0],
+            "provider": ["p"] * 4,
+            "model": ["m"] * 4,
+            "start_s": [0.0, 1.0, 2.0, 3.0],
+            "queue_s": [0.5, 0.0, 0.0, 0.0],
+            "ttft_s": [1.0, 1.0, 0.2, 0.3],
+            "end_s": [4.0, 2.0, 2.5, 3.5],
+            "outcome": ["ok", "cancelled", "truncated", "rate_limited"],
+            "input_tokens": [10, 10, 10, 0],
+            "output_tokens": [5, 0, 7, 0],
+            "overhead_s": [0.1, 0.1, 0.2, 0.0],
+        }
+    )
+    log = calls_to_log(calls)
+    assert list(log["status"]) == ["ok", "invalid", "rate_limited"]
+    assert list(log["http_status"]) == [200, 200, 429]
+    assert list(log["request_id"]) == ["0", "1.1", "2"]
+    assert log["latency_s"].tolist() == pytest.approx([4.0, 0.5, 0.5])
+    assert log["ttft_s"].tolist() == pytest.approx([1.5, 0.2, 0.3])
+    assert log["server_latency_s"].tolist() == pytest.approx([3.9, 0.3, 0.5])
+    assert np.isnan(calls_to_log(calls.drop(columns="overhead_s"))["server_latency_s"]).all()
