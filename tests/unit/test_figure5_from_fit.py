@@ -1,5 +1,6 @@
 """Figure 5 from a fit (experiments/figure5_from_fit.py, leaner): synth a log of the Figure 5
-setting, fit it (spells by fit_extras, the marginal laws on the calls outside spells), race on
+setting, fit it (spells by fit_extras, then fit_group, the marginal fit of `tailsim fit`, on the
+calls outside spells), race on
 the fitted scenario: waited and raced p50, p99 and std within 20% of the article.
 
 Seeded. 50,000 calls in the log (about 80 spells: the spell share's SE is ~11%) and 20,000
