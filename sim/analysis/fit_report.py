@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 from scipy.stats import ks_2samp
 
+from sim.analysis.fit_extras import ExtraFit, nan_free
 from sim.analysis.fit_marginals import MarginalFit, fit_group
 
 #: Model draws used for a fitted distribution's percentiles and KS distance.
@@ -26,6 +27,9 @@ MODEL_DRAWS = 100_000
 #: Output-size buckets (tokens, upper bounds inclusive) of the tail-ratio table.
 SIZE_BUCKETS: tuple[tuple[int, int], ...] = ((1, 50), (51, 200), (201, 800), (801, 10**9))
 MODES = ("auto", "first_token", "total_time")
+#: `auto` fits total time instead of first token + generation only when its misfit is below
+#: this share of the other's (first token kept when both fit alike: `ttft_cutoff` needs it).
+SWITCH = 2 / 3
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ def _misfit(observed: np.ndarray, draws: np.ndarray, ks: float) -> float:
 
 def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int) -> GroupFit:
     """Fit one group; `auto` fits first token + generation where there is a first-token column
-    and keeps it unless the total-time fit reproduces total latency better (`_misfit`)."""
+    and keeps it unless the total-time fit reproduces total latency clearly better (`_misfit`
+    below `SWITCH` times)."""
     ok = group[group["status"].fillna("ok") == "ok"]
     observed = ok["latency_s"].to_numpy(float)
     tokens = ok["output_tokens"].to_numpy(float)
@@ -77,9 +82,11 @@ def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int
         draws = _draws(fit, tokens, seed)
         ks = float(ks_2samp(observed, draws).statistic) if len(observed) else float("nan")
         scored.append(GroupFit(fit, observed, tokens, draws, ks))
-    best = min(scored, key=lambda g: _misfit(g.observed, g.modelled, g.ks))
-    if len(scored) == 2 and best is scored[1]:
+    best = scored[0]
+    if len(scored) == 2:
         first, total = (_misfit(g.observed, g.modelled, g.ks) for g in scored)
+        best = scored[1] if total < SWITCH * first else scored[0]
+    if len(scored) == 2 and best is scored[1]:
         best.fit.notes.append(
             f"total time fitted: misfit {total:.3f} vs {first:.3f} from first token + "
             "generation (KS + largest |log ratio| of p50/p95/p99; a generation time the "
@@ -185,6 +192,96 @@ def bucket_table(fits: list[GroupFit]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: Extras a scenario takes today, by name: placed in the fitted file when supported.
+PLACED_EXTRAS = ("episodes", "slowdown", "difficulty", "arrivals")
+
+
+def extras_summary(fits: list[GroupFit], extras: list[ExtraFit]) -> dict[tuple[str, str], str]:
+    """Per group: the supported extras of its provider and of the whole log, e.g.
+    'episodes, arrivals (bursty)'; 'none' if none."""
+    out = {}
+    for g in fits:
+        names = []
+        for extra in extras:
+            provider, _key = _where(extra)
+            mine = provider is None or provider == g.fit.provider
+            if extra.supported and mine:
+                names.append(extra.name)
+        out[(g.fit.provider, g.fit.model)] = ", ".join(dict.fromkeys(names)) or "none"
+    return out
+
+
+def place_extras(document: dict[str, Any], extras: list[ExtraFit]) -> list[str]:
+    """Put each supported extra the scenario format takes into `document` (at its `where`);
+    return one comment line per extra tested (the test stated, and where it went or why not)."""
+    lines = []
+    for extra in extras:
+        name, key = _where(extra)
+        placed = extra.supported and extra.name in PLACED_EXTRAS and nan_free(extra.block)
+        if placed and name is not None:
+            provider = document["providers"].get(yaml_name(name))
+            placed = provider is not None
+            if placed:
+                provider[key] = _rounded(extra.block)
+        elif placed:
+            document[key] = _rounded(extra.block)
+        verdict = "placed" if placed else ("not supported" if not extra.supported else "not placed")
+        lines.append(f"{extra.where}: {verdict}; {extra.evidence}; SE {extra.standard_errors}")
+    return lines
+
+
+def _where(extra: ExtraFit) -> tuple[str | None, str]:
+    """(provider or None, key) of an extra's `where`: `providers.api.x.ai.episodes` ->
+    ('api.x.ai', 'episodes'); `arrivals` -> (None, 'arrivals')."""
+    if extra.where.startswith("providers."):
+        provider, _, key = extra.where[len("providers.") :].rpartition(".")
+        return provider, key
+    return None, extra.where
+
+
+def refit_outside_spells(
+    calls: pd.DataFrame,
+    fits: list[GroupFit],
+    extras: list[ExtraFit],
+    by: tuple[str, ...],
+    mode: str = "auto",
+    seed: int = 0,
+) -> list[GroupFit]:
+    """Where bad spells are placed for a provider, refit its groups on the calls outside them
+    (spell posterior < 0.5), so the spells' slowdown is not counted twice (once in the marginal
+    law, once by `episodes`). `calls` must be the frame `fit_extras` saw (same index)."""
+    slow = pd.Series(False, index=calls.index)
+    spelled = set()
+    for extra in extras:
+        provider, _key = _where(extra)
+        if extra.name == "episodes" and extra.supported and extra.detail is not None:
+            slow.loc[extra.detail.index[extra.detail.to_numpy() >= 0.5]] = True
+            spelled.add(provider)
+    if not spelled or tuple(by) != ("provider", "model"):
+        return fits
+    out = []
+    for g in fits:
+        if g.fit.provider not in spelled:
+            out.append(g)
+            continue
+        mine = (calls["provider"] == g.fit.provider) & (calls["model"] == g.fit.model)
+        quiet = calls[mine & ~slow]
+        if (quiet["status"].fillna("ok") == "ok").sum() < 20:
+            out.append(g)
+            continue
+        refit = fit_one(quiet, g.fit.provider, g.fit.model, mode, seed)
+        refit.fit.notes.append(
+            f"fitted on {len(quiet)} of {int(mine.sum())} calls outside bad spells (the "
+            "provider's `episodes` block adds the spells back)"
+        )
+        out.append(refit)
+    return out
+
+
+def _rounded(block: dict[str, Any]) -> dict[str, Any]:
+    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in block.items()}
+
+
 def fitted_document(fits: list[GroupFit]) -> dict[str, Any]:
     """`{models: {...}, providers: {...}}`: every group's serving block under its provider."""
     models: dict[str, Any] = {}
@@ -198,7 +295,7 @@ def fitted_document(fits: list[GroupFit]) -> dict[str, Any]:
 
 
 def fitted_yaml(
-    fits: list[GroupFit], sources: list[str], extras_lines: list[str] | None = None
+    fits: list[GroupFit], sources: list[str], extras: list[ExtraFit] | None = None
 ) -> str:
     """The fitted file's text: a header (sources, method, standard errors, each group's output
     length for its steps) and the YAML of `fitted_document`."""
@@ -218,8 +315,11 @@ def fitted_yaml(
             f"steps: output_tokens: {out}"
         )
         lines += [f"#     note: {note}" for note in f.notes]
-    lines += [f"# {line}" for line in extras_lines or []]
-    body = yaml.safe_dump(fitted_document(fits), sort_keys=False, default_flow_style=None)
+    document = fitted_document(fits)
+    if extras:
+        lines.append("# Extras (each placed only where the data support it, test stated):")
+        lines += [f"#   {line}" for line in place_extras(document, extras)]
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=None)
     return "\n".join(lines) + "\n" + body
 
 

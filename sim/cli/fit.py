@@ -15,7 +15,16 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from sim.analysis.fit_report import MODES, bucket_table, fit_calls, fitted_yaml, report_table
+from sim.analysis.fit_extras import fit_extras
+from sim.analysis.fit_report import (
+    MODES,
+    bucket_table,
+    extras_summary,
+    fit_calls,
+    fitted_yaml,
+    refit_outside_spells,
+    report_table,
+)
 from sim.analysis.log_readers import parse_columns, read_call_logs
 from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, out
 from sim.model.errors import ScenarioError
@@ -53,6 +62,12 @@ from sim.output.fit_plots import fit_figure
 )
 @click.option("--min-calls", type=click.IntRange(min=2), default=20, show_default=True)
 @click.option("--strict", is_flag=True, help="Any garbage row: exit 2, nothing written.")
+@click.option(
+    "--extras/--no-extras",
+    default=True,
+    show_default=True,
+    help="Also test bad spells, request difficulty, load slowdown, overhead and arrivals.",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--quiet", "-q", is_flag=True, help="No table or progress.")
 def fit(
@@ -63,6 +78,7 @@ def fit(
     mode: str,
     min_calls: int,
     strict: bool,
+    extras: bool,
     seed: int,
     quiet: bool,
 ) -> None:
@@ -118,9 +134,25 @@ def fit(
             raise ScenarioError(
                 ", ".join(map(str, traces)), [("", f"no group has {min_calls} ok calls to fit")]
             )
-        table = report_table(fits)
+        found = []
+        timed = bool(calls["start_s"].notna().any())
+        if extras and not timed:
+            if not quiet:
+                err.print("fit: no start times in the logs: extras skipped", markup=False)
+            extras = False
+        if extras:
+            if tick is not None:
+                tick("extras (spells, difficulty, load, overhead, arrivals)")
+            base = {(g.fit.provider, g.fit.model): g.fit.serving_block() for g in fits}
+            known = calls[
+                calls["provider"].notna() & calls["model"].notna() & calls["start_s"].notna()
+            ]
+            known = known.reset_index(drop=True)
+            found = fit_extras(known, base)
+            fits = refit_outside_spells(known, fits, found, groups, mode, seed)
+        table = report_table(fits, extras_summary(fits, found) if extras else None)
         buckets = bucket_table(fits)
-        text = fitted_yaml(fits, [str(t) for t in traces])
+        text = fitted_yaml(fits, [str(t) for t in traces], found)
         if not quiet:
             out.print(_table(table))
         if out_file is None:
@@ -178,5 +210,6 @@ def _table(table) -> Table:  # type: ignore[no-untyped-def]
             str(row["stall"]),
             f"{row['error_rate']:.2%}",
             f"{row['invalid_rate']:.2%}",
+            str(row["extras"]),
         )
     return shown

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from sim.analysis.fit_report import GroupFit
 
@@ -49,6 +50,7 @@ def fit_figure(fits: list[GroupFit], buckets: pd.DataFrame) -> Figure:
         model = np.sort(g.modelled)
         ax.plot(model, np.arange(1, len(model) + 1) / len(model), color=orange, label="fitted")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"{g.fit.provider}/{g.fit.model}\nKS {g.ks:.3f} ({g.fit.mode})", fontsize=8)
         ax.set_xlabel("latency (s, log)", fontsize=8)
         ax.set_ylabel("share of calls", fontsize=8)
@@ -77,7 +79,7 @@ def fit_figure(fits: list[GroupFit], buckets: pd.DataFrame) -> Figure:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set(
-        xlabel="latency of a successful call (s, log): p50 (circle) -> p99 (diamond); "
+        xlabel="latency of a successful call (s, log)\np50 (circle) -> p99 (diamond); "
         "observed filled, fitted hollow",
         title="p99/p50 per output-size bucket (observed / fitted)",
     )
