@@ -2,7 +2,7 @@
 
 The round trip's other half of `tailsim fit`: the scenario runs on the simulator (bad spells,
 difficulty, load slowdown and all, as the engine applies them) and its calls table becomes the
-normalized call log of docs/fitting.md (the columns of `CALL_LOG_COLUMNS`), one row per call.
+normalized call log (`sim.analysis.calllog`, docs/fitting.md), one row per call.
 """
 
 from __future__ import annotations
@@ -10,25 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sim.analysis.calllog import CALL_LOG_COLUMNS, conform
 from sim.analysis.capacity import ALL
 from sim.model.config import Scenario
 from sim.study.runner import chosen_policies, run
 
-#: The normalized call log's columns, in order (docs/fitting.md).
-CALL_LOG_COLUMNS = (
-    "row",
-    "start_s",
-    "latency_s",
-    "ttft_s",
-    "provider",
-    "model",
-    "input_tokens",
-    "output_tokens",
-    "status",
-    "http_status",
-    "request_id",
-    "server_latency_s",
-)
 #: A call's outcome as the log's status (a cancelled call is left out: the client dropped it).
 STATUS = {
     "ok": "ok",
@@ -93,4 +79,4 @@ def calls_to_log(calls: pd.DataFrame) -> pd.DataFrame:
             "server_latency_s": server,
         }
     )
-    return log[list(CALL_LOG_COLUMNS)]
+    return conform(log[list(CALL_LOG_COLUMNS)])

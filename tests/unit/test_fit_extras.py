@@ -13,6 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from sim.analysis.calllog import CALL_LOG_COLUMNS
 from sim.analysis.fit_arrivals import fit_arrivals
 from sim.analysis.fit_episodes import fit_spells
 from sim.analysis.fit_extras import fit_extras
@@ -21,7 +22,7 @@ from sim.cli import main
 from sim.model.arrivals import arrival_times
 from sim.model.config import ArrivalsSpec
 from sim.model.scenario import scenario_from_dict
-from sim.study.synth import CALL_LOG_COLUMNS, calls_to_log, synth_calls
+from sim.study.synth import calls_to_log, synth_calls
 
 REPO = Path(__file__).resolve().parents[2]
 AZURE = REPO / "scenarios" / "data" / "azure-llm-trace-2023" / "AzureLLMInferenceTrace_code.csv"
