@@ -45,7 +45,7 @@ def load_scenario(path: str | FilePath | None = None) -> Scenario:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, [("", f"cannot be read: {exc}")]) from None
-    data = parse_yaml(text, source)
+    data = with_includes(parse_yaml(text, source), source, file.parent)
     scenario = scenario_from_dict(data, source=source, base_dir=file.parent)
     scenario.set_source_dir(str(scenario.source_dir), file=source)  # errors name the file
     return scenario
@@ -66,6 +66,38 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
         raise ScenarioError(
             source, [("", f"expected a mapping of scenario keys, the file is {kind}")]
         )
+    return data
+
+
+def with_includes(data: dict[str, Any], source: str, folder: FilePath) -> dict[str, Any]:
+    """`data` with the files of its `include:` (one path or a list, relative to the scenario)
+    merged in: a top-level key the scenario lacks is taken whole; under a mapping both have
+    (`providers`, `models`, ...), the entries the scenario lacks are added (its own win)."""
+    if "include" not in data:
+        return data
+    data = dict(data)
+    paths = data.pop("include")
+    paths = [paths] if isinstance(paths, str) else paths
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise ScenarioError(source, [("include", "expected a file path or a list of them")])
+    for i, relative in enumerate(paths):
+        key = "include" if len(paths) == 1 else f"include[{i}]"
+        file = folder / relative
+        if not file.is_file():
+            raise ScenarioError(source, [(key, f"file not found: {file}")])
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScenarioError(source, [(key, f"cannot be read: {exc}")]) from None
+        included = parse_yaml(text, str(file))
+        if "include" in included:
+            raise ScenarioError(str(file), [("include", "an included file cannot include")])
+        for name, value in included.items():
+            mine = data.get(name)
+            if mine is None:
+                data[name] = value
+            elif isinstance(mine, dict) and isinstance(value, dict):
+                data[name] = {**value, **mine}
     return data
 
 

@@ -407,7 +407,12 @@ def run_tune(
 
     import yaml  # noqa: PLC0415
 
-    from sim.model.scenario import load_scenario, parse_yaml, scenario_from_dict  # noqa: PLC0415
+    from sim.model.scenario import (  # noqa: PLC0415
+        load_scenario,
+        parse_yaml,
+        scenario_from_dict,
+        with_includes,
+    )
     from sim.policy.perstep import effective_specs  # noqa: PLC0415
     from sim.study.runner import run as run_policies  # noqa: PLC0415
 
@@ -429,6 +434,7 @@ def run_tune(
         progress=progress,
     )
     data = parse_yaml(source.read_text(encoding="utf-8"), str(source))
+    data = with_includes(data, str(source), source.parent)  # the tuned file stands alone
     out_dir = out_file.resolve().parent
     fresh = tuned_scenario_data(data, result.policy, str(source.resolve().parent), str(out_dir))
     tuned = scenario_from_dict(fresh, source=str(out_file), base_dir=out_dir)
