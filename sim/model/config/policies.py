@@ -317,7 +317,7 @@ class RouterPolicy(PolicyBase):
     retry_policy: RetryPolicySpec | None = Field(
         default=None, description="retries by the first failure's type, in place of num_retries"
     )
-    fallbacks: dict[Name, list[Name]] | None = Field(
+    fallbacks: dict[Name | Literal["*"], list[Name]] | None = Field(
         default=None,
         description="group -> groups tried in order after its retries failed ('*': any group)",
     )
