@@ -8,6 +8,7 @@ is installed (it is not a dependency)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Generator
@@ -356,3 +357,95 @@ def test_in_the_engine_a_cooldown_holds_for_every_request() -> None:
     for begin, end in windows:
         assert not ((starts_a >= begin) & (starts_a <= end)).any(), (begin, end)
         assert ((starts_b > begin) & (starts_b <= end)).any()  # other requests went to b
+
+
+# ----------------------------------------------------------------------------- against litellm
+
+
+def _litellm_router_run(
+    litellm: Any, script: dict[str, str | None], groups: dict[str, str], **keys: Any
+) -> tuple[list[float], int, str]:
+    """litellm's own Router on mocked deployments (`mock_response`), asyncio.sleep recorded and
+    random.random fixed at 0.5: (positive sleeps, calls made, the deployment that answered)."""
+    import asyncio  # noqa: PLC0415 - only with litellm installed
+
+    mocks = {"500": "litellm.InternalServerError", "429": "litellm.RateLimitError", None: "hi"}
+    model_list = [
+        {
+            "model_name": groups[name],
+            "litellm_params": {
+                "model": f"openai/{name}",
+                "api_key": "x",
+                "mock_response": mocks[kind],
+            },
+            "model_info": {"id": name},
+        }
+        for name, kind in script.items()
+    ]
+    sleeps: list[float] = []
+    calls: list[int] = []
+    real_sleep, real_random = asyncio.sleep, random.random
+
+    async def sleep(seconds: float, *args: Any, **kwargs: Any) -> None:
+        sleeps.append(float(seconds))
+        await real_sleep(0)
+
+    async def go() -> str:
+        router = litellm.Router(model_list=model_list, **keys)
+        make_call = router.make_call
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            return await make_call(*args, **kwargs)
+
+        router.make_call = counted
+        messages = [{"role": "user", "content": "hi"}]
+        response = await router.acompletion(model=model_list[0]["model_name"], messages=messages)
+        return str(response._hidden_params.get("model_id"))
+
+    asyncio.sleep, random.random = sleep, lambda: 0.5  # type: ignore[assignment]
+    try:
+        answered = asyncio.run(go())
+    finally:
+        asyncio.sleep, random.random = real_sleep, real_random  # type: ignore[assignment]
+    return [s for s in sleeps if s > 0], len(calls), answered
+
+
+_ONE = {"deployments": {"big": [{"provider": "a"}]}}
+_FALL_THEIRS, _FALL_OURS = {"fallbacks": [{"big": ["small"]}]}, {"fallbacks": {"big": ["small"]}}
+CASES: list[tuple[dict[str, str | None], dict[str, Any], dict[str, Any]]] = [
+    # one deployment failing with 5xx, or 429 (no Retry-After header): backoff, then fallback
+    ({"a": "500", "c": None}, {"num_retries": 2, **_FALL_THEIRS},
+     {**_ONE, "num_retries": 2, **_FALL_OURS}),
+    ({"a": "429", "c": None}, {"num_retries": 2, **_FALL_THEIRS},
+     {**_ONE, "num_retries": 2, **_FALL_OURS}),
+    # two deployments: the failed one cools down, the retry goes to the other at once
+    ({"a": "500", "b": None}, {"num_retries": 2, "routing_strategy": "least-busy"},
+     {"num_retries": 2, "routing_strategy": "least-busy"}),
+    # allowed_fails 0: the first failure cools the only deployment: no retry, the fallback
+    ({"a": "500", "c": None}, {"num_retries": 2, "allowed_fails": 0, **_FALL_THEIRS},
+     {**_ONE, "num_retries": 2, "allowed_fails": 0, **_FALL_OURS}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("script", "theirs", "ours"), CASES)
+def test_litellms_own_router_sleeps_and_calls_the_same(
+    script: dict[str, str | None], theirs: dict[str, Any], ours: dict[str, Any]
+) -> None:
+    """The same failures through litellm's Router (when installed; written against 1.80.0) and
+    through the router kind: the same sleeps, the same number of calls, the same deployment
+    answering (calls take no time here, so the sleeps are the gaps between call starts)."""
+    litellm = pytest.importorskip("litellm")
+    groups = {"a": "big", "b": "big", "c": "small"}
+    sleeps, calls, answered = _litellm_router_run(litellm, script, groups, **theirs)
+    outcome = {"500": OUTCOME_ERROR, "429": OUTCOME_RATE_LIMITED, None: OUTCOME_OK}
+    run = FakeRun(simpy.Environment(), {p: outcome[k] for p, k in script.items()}, seconds=0.0)
+    run.retry_after = math.nan  # litellm's mocked 429 carries no Retry-After header
+    result = _run(_router(**ours), run)
+    run.env.run()
+    starts = [t for t, _, _ in run.log]
+    gaps = [b - a for a, b in itertools.pairwise(starts) if b - a > 0]
+    assert result == [True]
+    assert gaps == pytest.approx(sleeps, abs=1e-9)
+    assert len(run.log) == calls
+    assert run.log[-1][1] == answered
