@@ -218,7 +218,7 @@ def _router(
     the same setting from there)."""
     settings = read.mapping(top.get("router_settings"), ("router_settings",))
     module = read.mapping(top.get("litellm_settings"), ("litellm_settings",))
-    policy: dict[str, Any] = {"kind": "router", "deployments": groups}
+    policy: dict[str, Any] = {"kind": "router", "litellm_version": "1.110", "deployments": groups}
 
     def pick(key: str, module_key: str | None = None) -> tuple[Any, Path]:
         if key in settings:

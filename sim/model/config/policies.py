@@ -305,6 +305,10 @@ class RouterPolicy(PolicyBase):
     allowed fails cools down for every request (`sim.policy.router`)."""
 
     kind: Literal["router"]
+    litellm_version: Literal["1.110", "1.80"] = Field(
+        default="1.110",
+        description="whose Router: 1.110 (1.110.2, observed) or 1.80 (1.80.0, read from source)",
+    )
     deployments: dict[Name, list[DeploymentSpec]] | None = Field(
         default=None,
         description="per model group (a model): its deployments in order; a group not given "
