@@ -7,7 +7,8 @@ showed it (tests/unit/test_router.py): its backoff exponent counts 0, 1, 2, ... 
 0, 0, 1, ...); after a failed retry with no healthy deployment left it stops at once (no
 sleep) and goes to the fallbacks; the failure-share cooldown rule needs 5 calls this minute
 (`DEFAULT_FAILURE_THRESHOLD_MINIMUM_REQUESTS`); `retry_policy` also reads
-`InternalServerErrorRetries` and `DefaultRetries`. Everything else is 1.80.0's.
+`InternalServerErrorRetries` and `DefaultRetries`; the generic fallback `*` serves only the
+request's own group, not a group reached as a fallback. Everything else is 1.80.0's.
 
 Read from litellm 1.80.0's source (file: function):
 - `litellm/router.py: Router.async_function_with_fallbacks` and
@@ -181,7 +182,9 @@ class Router(Policy):
         fallbacks = self.spec.fallbacks
         if fallbacks is None:
             return result
-        targets = fallbacks.get(group, fallbacks.get("*"))
+        targets = fallbacks.get(group)
+        if targets is None and (depth == 0 or not self.v110):  # 1.110: `*` only for the request's
+            targets = fallbacks.get("*")  # own group, not for a group reached as a fallback
         if targets is None or depth >= self.spec.max_fallbacks:
             return result
         for target in targets:

@@ -65,7 +65,7 @@ class FakeRun:
 
 
 def _router(**keys: Any) -> Router:
-    """A router over providers a, b (model big) and c (model small)."""
+    """A router over providers a, b (model big), c (model small) and d (model tiny)."""
     law = {
         "ttft_s": {"dist": "constant", "value": 1.0},
         "tokens_per_s": {"dist": "constant", "value": 100},
@@ -74,11 +74,12 @@ def _router(**keys: Any) -> Router:
         "name": "r",
         "deadline_s": 100,
         "requests": 1,
-        "models": {"big": {}, "small": {}},
+        "models": {"big": {}, "small": {}, "tiny": {}},
         "providers": {
             "a": {"serves": {"big": law}},
             "b": {"serves": {"big": law}},
             "c": {"serves": {"small": law}},
+            "d": {"serves": {"tiny": law}},
         },
         "workflow": {"steps": [{"id": "s1", "model": "big"}]},
         "policies": {"r": {"kind": "router", **keys}},
@@ -465,6 +466,18 @@ CASES: list[tuple[dict[str, str | None], dict[str, Any]]] = [
     # the count rule: no retry once nothing is healthy
     ({"a": "500", "c": None}, {"num_retries": 2, "allowed_fails": 0, **_FALLBACK}),
     ({"a": "500", "c": None}, {"num_retries": 3, "allowed_fails": 2, **_FALLBACK}),
+    # nested fallbacks (each group with its own retries), the generic `*`, max_fallbacks
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 1, "fallbacks": [{"big": ["small"]}, {"small": ["tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "fallbacks": [{"big": ["small"]}, {"*": ["tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "max_fallbacks": 1,
+      "fallbacks": [{"big": ["small"]}, {"small": ["tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "fallbacks": [{"*": ["small", "tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "fallbacks": [{"big": ["small", "tiny"]}]}),
     # retry_policy by the first failure's type (1.80 does not read InternalServerErrorRetries)
     ({"a": "500", "c": None},
      {"num_retries": 1, "retry_policy": {"InternalServerErrorRetries": 3}, **_FALLBACK}),
@@ -509,7 +522,7 @@ def test_litellms_own_router_sleeps_and_calls_the_same(
     release = ".".join(version("litellm").split(".")[:2])
     if release not in ("1.80", "1.110"):
         pytest.skip(f"litellm {release} is neither release the router kind models")
-    groups = {"a": "big", "b": "big", "c": "small"}
+    groups = {"a": "big", "b": "big", "c": "small", "d": "tiny"}
     sleeps, called, answered = _litellm_router_run(script, groups, **keys)
     outcome = {"500": OUTCOME_ERROR, "429": OUTCOME_RATE_LIMITED, None: OUTCOME_OK}
     env = _SleepLog()
