@@ -8,10 +8,17 @@ is installed (it is not a dependency)."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import json
 import math
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -394,59 +401,36 @@ def test_in_the_engine_a_cooldown_holds_for_every_request() -> None:
 
 # ----------------------------------------------------------------------------- against litellm
 
+DRIVER = Path(__file__).with_name("litellm_driver.py")
+GROUPS = {"a": "big", "b": "big", "c": "small", "d": "tiny"}
 
-def _litellm_router_run(
-    script: dict[str, str | None], groups: dict[str, str], **keys: Any
-) -> tuple[list[float], list[str], str | None]:
-    """litellm's own Router on mocked deployments (`mock_response`), asyncio.sleep recorded and
-    random.random fixed at 0.5: (positive sleeps, deployments called in order, the deployment
-    that answered or None if the Router raised)."""
-    import asyncio  # noqa: PLC0415 - only with litellm installed
 
-    import litellm  # noqa: PLC0415
-    from litellm.integrations.custom_logger import CustomLogger  # noqa: PLC0415
+def _drive(mode: str, jobs: list[Any]) -> tuple[str, list[Any]]:
+    """Run litellm's own Router on `jobs` in a fresh process (tests/unit/litellm_driver.py:
+    its sleep and random are patched there, never here); skip without litellm 1.80 or 1.110."""
+    if importlib.util.find_spec("litellm") is None or importlib.util.find_spec("aiohttp") is None:
+        pytest.skip("litellm (and aiohttp) not installed: pip install litellm")
+    release = ".".join(importlib.metadata.version("litellm").split(".")[:2])
+    if release not in ("1.80", "1.110"):
+        pytest.skip(f"litellm {release} is neither release the router kind models")
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # no network at import
+    payload = json.dumps({"mode": mode, "groups": GROUPS, "jobs": jobs})
+    done = subprocess.run(
+        [sys.executable, str(DRIVER)], input=payload, capture_output=True, text=True,
+        env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return release, json.loads(done.stdout.strip().splitlines()[-1])
 
-    called: list[str] = []
 
-    class Calls(CustomLogger):  # type: ignore[misc]
-        def log_pre_api_call(self, model: str, messages: Any, kwargs: Any) -> None:
-            called.append(model)
+@pytest.fixture(scope="module")
+def mocked_results() -> tuple[str, list[Any]]:
+    return _drive("mocked", [[script, keys] for script, keys in CASES])
 
-    mocks = {"500": "litellm.InternalServerError", "429": "litellm.RateLimitError", None: "hi"}
-    model_list = [
-        {
-            "model_name": groups[name],
-            "litellm_params": {"model": f"openai/{name}", "mock_response": mocks[kind]},
-            "model_info": {"id": name},
-        }
-        for name, kind in script.items()
-    ]
-    sleeps: list[float] = []
-    real_sleep, real_random, callbacks = asyncio.sleep, random.random, litellm.callbacks
 
-    async def sleep(seconds: float, *args: Any, **kwargs: Any) -> None:
-        sleeps.append(float(seconds))
-        await real_sleep(0)
-
-    async def go() -> str | None:
-        router = litellm.Router(model_list=model_list, **keys)
-        messages = [{"role": "user", "content": "hi"}]
-        try:
-            response = await router.acompletion(
-                model=model_list[0]["model_name"], messages=messages
-            )
-        except Exception:  # the Router gave up: compared with a failed step
-            return None
-        return str(response._hidden_params.get("model_id"))
-
-    asyncio.sleep, random.random = sleep, lambda: 0.5  # type: ignore[assignment]
-    litellm.callbacks = [Calls()]
-    try:
-        answered = asyncio.run(go())
-    finally:
-        asyncio.sleep, random.random = real_sleep, real_random  # type: ignore[assignment]
-        litellm.callbacks = callbacks
-    return [t for t in sleeps if t > 0], called, answered
+@pytest.fixture(scope="module")
+def served_results() -> tuple[str, list[Any]]:
+    return _drive("served", [[plan, keys] for plan, keys in SERVED])
 
 
 _ONE = {"deployments": {"big": [{"provider": "a"}]}}
@@ -510,20 +494,14 @@ def _ours(keys: dict[str, Any], script: dict[str, str | None]) -> dict[str, Any]
 
 @pytest.mark.parametrize(("script", "keys"), CASES)
 def test_litellms_own_router_sleeps_and_calls_the_same(
-    script: dict[str, str | None], keys: dict[str, Any]
+    script: dict[str, str | None], keys: dict[str, Any], mocked_results: Any
 ) -> None:
     """The same failures through litellm's Router (when installed: 1.80.x or 1.110.x) and
     through the router kind set to that release: the same sleeps, the same deployments called
     in order, the same answer (or both give up). Calls take no time here, so the sleeps are the
     gaps between call starts."""
-    pytest.importorskip("litellm")
-    from importlib.metadata import version  # noqa: PLC0415
-
-    release = ".".join(version("litellm").split(".")[:2])
-    if release not in ("1.80", "1.110"):
-        pytest.skip(f"litellm {release} is neither release the router kind models")
-    groups = {"a": "big", "b": "big", "c": "small", "d": "tiny"}
-    sleeps, called, answered = _litellm_router_run(script, groups, **keys)
+    release, results = mocked_results
+    sleeps, called, answered = results[CASES.index((script, keys))]
     outcome = {"500": OUTCOME_ERROR, "429": OUTCOME_RATE_LIMITED, None: OUTCOME_OK}
     env = _SleepLog()
     run = FakeRun(env, {p: outcome[k] for p, k in script.items()}, seconds=0.0)
@@ -535,3 +513,41 @@ def test_litellms_own_router_sleeps_and_calls_the_same(
     assert result == [answered is not None]
     if answered is not None:
         assert run.log[-1][1] == answered
+
+
+SERVED: list[tuple[dict[str, list[str]], dict[str, Any]]] = [
+    # one deployment: Retry-After 2 + U[0, 0.75) (u = 0.5), a sleep after the last failure too
+    ({"a": ["429", "429", "ok"]}, {"num_retries": 2}),
+    ({"a": ["429"], "c": ["ok"]}, {"num_retries": 2, "fallbacks": [{"big": ["small"]}]}),
+    # two: a's 429 cools it for its Retry-After, for the next request too
+    ({"a": ["429", "ok"], "b": ["ok"]}, {"num_retries": 2, "routing_strategy": "least-busy"}),
+]
+
+
+@pytest.mark.parametrize(("plan", "keys"), SERVED)
+def test_litellms_router_over_http_with_retry_after(
+    plan: dict[str, list[str]], keys: dict[str, Any], served_results: Any
+) -> None:
+    """A real 429 with `Retry-After: 2` over HTTP (loopback, free port) through litellm's
+    Router and through the router kind: the same sleeps (2 + 0.375 s), the same deployments per
+    request, the same answers; the second request comes right after the first (a cooldown set
+    by the first still holds). No wall time is measured: sleeps are recorded, not slept."""
+    release, results = served_results
+    sleeps, called, answered = results[SERVED.index((plan, keys))]
+    outcome = {"429": OUTCOME_RATE_LIMITED, "500": OUTCOME_ERROR, "ok": OUTCOME_OK}
+    script = {
+        p: [outcome[o] for o in steps] + [outcome[steps[-1]]] * 8 for p, steps in plan.items()
+    }
+    env = _SleepLog()
+    router = _router(**_ours(keys, dict.fromkeys(plan)), litellm_version=release)
+    mine: list[list[str]] = []
+    results: list[bool] = []
+    for _ in range(2):  # one request after the other, at the same simulated instant
+        run = FakeRun(env, script, seconds=0.0)
+        result = _run(router, run, at=0.0)
+        env.run()
+        results += result
+        mine.append([p for _, p, _ in run.log])
+    assert env.sleeps == pytest.approx(sleeps)
+    assert mine == called
+    assert results == [a is not None for a in answered]
