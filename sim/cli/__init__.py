@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 import sim
-from sim.cli import checks, fit, folders, run, search, sweep, synth
+from sim.cli import checks, fit, folders, importer, run, search, sweep, synth
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,5 +32,6 @@ for _command in (
     checks.validate,
     fit.fit,
     synth.synth,
+    importer.import_group,
 ):
     main.add_command(_command)
