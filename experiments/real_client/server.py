@@ -227,7 +227,9 @@ async def serve(args: argparse.Namespace) -> None:
         await _serve(args, log)
 
 
-async def _serve(args: argparse.Namespace, log: TextIO) -> None:
+async def start(args: argparse.Namespace, log: TextIO) -> tuple[list[web.AppRunner], dict]:
+    """Start every deployment on a free loopback port (in the running event loop); returns the
+    runners (to `cleanup()`) and {deployment: port}."""
     mu, sigma = lognormal_params(args.median_s, args.p99_s)
     tpms = _per_deployment(args.tpm, args.deployments)
     runners, ports = [], {}
@@ -251,6 +253,11 @@ async def _serve(args: argparse.Namespace, log: TextIO) -> None:
         await site.start()
         ports[name] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         runners.append(runner)
+    return runners, ports
+
+
+async def _serve(args: argparse.Namespace, log: TextIO) -> None:
+    runners, ports = await start(args, log)
     print(json.dumps({"ports": ports}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
