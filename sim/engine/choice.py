@@ -24,6 +24,7 @@ from sim.model.latency import CallLatency
 from sim.model.streams import CallDrawBank, Streams
 from sim.policy.kinds import Hedge, PerStep, Race, Sequential
 from sim.policy.plans import Policy
+from sim.policy.router import Router
 
 ENGINES = ("auto", "des", "vectorized")
 #: Requests per chunk when the vectorized engine runs in constant memory (~250 MB at peak).
@@ -46,7 +47,7 @@ def vectorized_tables(
     if engine == DES:
         return None, "engine: des"
     policy = single_policy(policy)
-    usable, reason = qualifies(scenario, policy)
+    usable, reason = _qualifies(scenario, policy)
     if usable:
         try:
             runs, calls = simulate(scenario, policy, bank, arrivals, latencies=latencies)
@@ -88,7 +89,7 @@ def vectorized_in_chunks(
     if engine == DES:
         return "engine: des"
     policy = single_policy(policy)
-    usable, reason = qualifies(scenario, policy)
+    usable, reason = _qualifies(scenario, policy)
     if usable:
         size = chunk or CHUNK_REQUESTS
         reason = _chunks(scenario, policy, call_streams, arrivals, feed, latencies, size) or ""
@@ -100,6 +101,24 @@ def vectorized_in_chunks(
             [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
         )
     return reason
+
+
+#: Why a router never runs vectorized.
+ROUTER_REASON = (
+    "kind router shares state between requests (cooldowns, least-busy counts, latencies, "
+    "usage per minute): the event engine runs it"
+)
+
+
+def _qualifies(scenario: Scenario, policy: Policy) -> tuple[bool, str]:
+    """`qualifies`, with the router (or a per-step policy with one) sent to the event engine
+    with its own reason."""
+    usable, reason = qualifies(scenario, policy)
+    parts = policy.by_step.values() if isinstance(policy, PerStep) else (policy,)
+    # the scenario's own reasons come first; the router's replaces "unknown to it"
+    if any(isinstance(p, Router) for p in parts) and (usable or reason.startswith("policies.")):
+        return False, ROUTER_REASON
+    return usable, reason
 
 
 def _chunks(

@@ -251,6 +251,11 @@ class StepHandle:
             self.run.index, "backoff", self.step.id, retry, self.run.resend
         )
 
+    def uniform(self, stream: str, number: int) -> float:
+        """This run's uniform `number` of the step's named stream `stream` (the same under every
+        policy that reads it)."""
+        return self.sim.bank.uniform(self.run.index, stream, self.step.id, number, self.run.resend)
+
     def accept(self, call: Call) -> None:
         """The step delivers this call's answer (a draft kept, or the primary's upgrade)."""
         self.answer = call

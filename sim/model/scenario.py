@@ -293,6 +293,8 @@ def _copy_attachments(old: Scenario, new: Scenario) -> None:
 def _dist_specs(scenario: Scenario) -> list[tuple[Path, DistSpec]]:
     found: list[tuple[Path, DistSpec]] = []
     for pname, provider in scenario.providers.items():
+        if provider.overhead_s is not None:
+            found.append((("providers", pname, "overhead_s"), provider.overhead_s))
         for mname, serving in provider.serves.items():
             base: Path = ("providers", pname, "serves", mname)
             found.append(((*base, "ttft_s"), serving.ttft_s))

@@ -17,12 +17,14 @@ from sim.model.config import (
     HedgePolicy,
     PlainPolicy,
     RacePolicy,
+    RouterPolicy,
     Scenario,
     WaitPolicy,
 )
 from sim.model.workflow import Step
 from sim.policy.kinds import Adaptive, Draft, Hedge, PerStep, Race, Sequential
 from sim.policy.plans import AdaptivePlan, Attempt, DraftPlan, Policy
+from sim.policy.router import Router
 
 
 def _route(scenario: Scenario, model: str, providers: list[str] | None, default: str) -> list[str]:
@@ -110,6 +112,8 @@ def _build_policy(
     (an `adaptive` or `draft` spec's other thresholds must already be in seconds)."""
     if isinstance(spec, AdaptivePolicy):
         return _build_adaptive(name, spec, scenario, steps, seconds)
+    if isinstance(spec, RouterPolicy):
+        return Router(name, spec, scenario)
     if isinstance(spec, DraftPolicy):
         plans = {}
         for step in steps:

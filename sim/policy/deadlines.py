@@ -27,8 +27,10 @@ BY_ADMISSION = "admission"  # picked up with too little time left to finish: nev
 BY_LOSER = "loser"  # a race or hedge attempt cancelled because another answered
 BY_RUN = "run"  # cancelled because its run failed elsewhere (a required step)
 BY_DISCONNECT = "disconnect"  # cancelled because the caller hung up
+BY_SDK = "sdk"  # cut by the provider client's own per-attempt timeout (sdk.timeout_s)
 ENDED_BY = (
     "", BY_QUEUE, BY_ATTEMPT, BY_STEP, BY_DEADLINE, BY_ADMISSION, BY_LOSER, BY_RUN, BY_DISCONNECT,
+    BY_SDK,
 )  # fmt: skip
 #: The budgets the summary's breach_* columns count, in order.
 BUDGETS = (BY_QUEUE, BY_ATTEMPT, BY_STEP, BY_DEADLINE)

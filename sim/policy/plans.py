@@ -88,6 +88,11 @@ class StepRun(Protocol):
         """The backoff-jitter uniform of this step's retry number `retry` (common to policies)."""
         ...
 
+    def uniform(self, stream: str, number: int) -> float:
+        """This step's uniform number `number` of the named stream `stream` (common to every
+        policy that reads it: a router's picks and sleeps)."""
+        ...
+
     def accept(self, call: Call) -> None:
         """The step delivers this call's answer (default: the last call that answered ok)."""
         ...

@@ -29,7 +29,7 @@ from sim.model.scenario import (
 ScenarioFile = Callable[..., Path]
 WriteYaml = Callable[..., Path]
 
-POLICY_KINDS = "wait, cut, race, hedge, downshift, adaptive, draft, per_step"
+POLICY_KINDS = "wait, cut, race, hedge, downshift, adaptive, draft, router, per_step"
 BIG_DIRECT = "providers.direct.serves.big"
 #: The Azure code-completion trace bundled (with its license) for scenarios/azure-code-burst.yaml.
 AZURE_CODE_TRACE = (

@@ -55,6 +55,7 @@ POLICIES: dict[str, dict[str, Any]] = {
         "fall_down": "small",
     },
     "draft": {"kind": "draft", "model": "small"},  # upgrade_within: p95 by default
+    "router": {"kind": "router", "num_retries": 1, "fallbacks": {"big": ["small"]}},
     "per_step": {
         "kind": "per_step",
         "steps": {"retrieve": {"kind": "cut", "cutoff": "p50"}, "generate": "hedge"},

@@ -22,6 +22,13 @@ from sim.model.config.base import (
     Threshold,
 )
 from sim.model.config.providers import BackoffSpec
+from sim.model.config.router import (
+    DEFAULT_COOLDOWN_TIME_S,
+    AllowedFailsPolicySpec,
+    DeploymentSpec,
+    RetryPolicySpec,
+    RoutingStrategy,
+)
 from sim.model.errors import FieldError
 
 
@@ -291,6 +298,56 @@ class DraftPolicy(PolicyBase):
     )
 
 
+class RouterPolicy(PolicyBase):
+    """LiteLLM's Router (litellm 1.80.0 `Router`): a step's model is a model group; each call
+    goes to a deployment the routing strategy picks among those not cooling down; the router is
+    the only retry loop (`num_retries`), then `fallbacks` to other groups; a deployment past its
+    allowed fails cools down for every request (`sim.policy.router`)."""
+
+    kind: Literal["router"]
+    deployments: dict[Name, list[DeploymentSpec]] | None = Field(
+        default=None,
+        description="per model group (a model): its deployments in order; a group not given "
+        "has one per provider serving the model",
+    )
+    routing_strategy: RoutingStrategy = "simple-shuffle"
+    num_retries: Annotated[int, Field(ge=0)] = Field(
+        default=2, description="retries in a group after its first failure (openai's default 2)"
+    )
+    retry_policy: RetryPolicySpec | None = Field(
+        default=None, description="retries by the first failure's type, in place of num_retries"
+    )
+    fallbacks: dict[Name | Literal["*"], list[Name]] | None = Field(
+        default=None,
+        description="group -> groups tried in order after its retries failed ('*': any group)",
+    )
+    max_fallbacks: Annotated[int, Field(ge=0)] = Field(
+        default=5, description="fallback depth at which no further fallback is started"
+    )
+    allowed_fails: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="failures of a deployment within cooldown_time_s before it cools down; "
+        "none (or 3, litellm's default): LiteLLM's rate rule (a 429, or > 50% failed this minute)",
+    )
+    allowed_fails_policy: AllowedFailsPolicySpec | None = None
+    cooldown_time_s: PositiveFloat = Field(
+        default=DEFAULT_COOLDOWN_TIME_S, description="how long a deployment cools down, s"
+    )
+    disable_cooldowns: bool = False
+    timeout_s: PositiveFloat | None = Field(
+        default=None, description="per-call timeout (a timed-out call is retried); none: none"
+    )
+    retry_after_s: NonNegativeFloat = Field(
+        default=0.0, description="the router's minimum backoff (Router(retry_after=...)), s"
+    )
+    lowest_latency_buffer: NonNegativeFloat = Field(
+        default=0.0, description="latency-based-routing: pick among deployments within this share"
+    )
+    max_latency_list_size: Annotated[int, Field(ge=1)] = Field(
+        default=10, description="latency-based-routing: latencies kept per deployment"
+    )
+
+
 class PerStepPolicy(PolicyBase):
     """A map of step -> policy (a name or a policy with `kind`); `default` for the rest. Its
     own `controls` (if given) and deadline keys apply to every step."""
@@ -308,6 +365,7 @@ PolicySpec = Annotated[
     | DownshiftPolicy
     | AdaptivePolicy
     | DraftPolicy
+    | RouterPolicy
     | PerStepPolicy,
     Field(discriminator="kind"),
 ]
@@ -320,8 +378,11 @@ PlainPolicy = (
     | DownshiftPolicy
     | AdaptivePolicy
     | DraftPolicy
+    | RouterPolicy
 )
-POLICY_KINDS = ("wait", "cut", "race", "hedge", "downshift", "adaptive", "draft", "per_step")
+POLICY_KINDS = (
+    "wait", "cut", "race", "hedge", "downshift", "adaptive", "draft", "router", "per_step",
+)  # fmt: skip
 #: Fields holding a `Threshold`, by policy class; the first is the one `resolve_thresholds`
 #: reports per step.
 THRESHOLD_FIELDS: dict[type, tuple[str, ...]] = {

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field, PrivateAttr, model_validator
 
 from sim.model.config.base import Name, NonNegativeFloat, PositiveFloat, Probability, Spec
+from sim.model.config.sdk import resolve
 from sim.model.errors import FieldError
 
 _DIST_PARAMETERS: dict[str, tuple[set[str], ...]] = {
@@ -86,10 +87,14 @@ class BackoffSpec(Spec):
     base_s: NonNegativeFloat = Field(default=0.5, description="wait before the first retry, s")
     max_s: NonNegativeFloat = Field(default=8.0, description="longest backoff wait, s")
     multiplier: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 2.0
-    jitter: Literal["none", "full", "equal"] = Field(
+    jitter: Literal["none", "full", "equal", "sdk", "additive"] = Field(
         default="full",
         description="none: the wait itself; full: uniform in [0, wait]; equal: wait/2 + "
-        "uniform in [0, wait/2]",
+        "uniform in [0, wait/2]; sdk: wait * (1 - 0.25 U) (the OpenAI and Anthropic SDKs); "
+        "additive: wait + jitter_s * U (LiteLLM)",
+    )
+    jitter_s: NonNegativeFloat = Field(
+        default=0.0, description="additive jitter: the most seconds added to the wait"
     )
     honour_retry_after: bool = Field(
         default=True, description="after a 429, wait its Retry-After (if within the cap)"
@@ -107,14 +112,64 @@ class BackoffSpec(Spec):
         return self
 
 
-class SdkSpec(Spec):
-    """Retries the provider's client library makes on its own, below the policy: each is a call
-    (429s and hard errors are retried; junk answers look like success to an SDK)."""
+RetryOn = Literal["429", "408", "409", "5xx", "timeout", "connection"]
 
+
+class SdkSpec(Spec):
+    """The provider's client library retrying on its own, below the policy: each retry is a
+    call. `preset` (a name alone is the shorthand) sets every other field as that SDK version
+    does (`sim.model.config.sdk`); fields given override it, `backoff` key by key."""
+
+    preset: Literal["none", "openai", "anthropic", "litellm"] = Field(
+        default="none", description="none: tailsim's SDK layer as before presets"
+    )
     retries: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="extra calls the SDK makes after a 429 or hard error"
+        default=0, description="extra calls the SDK makes inside one policy attempt"
+    )
+    retry_on: tuple[RetryOn, ...] = Field(
+        default=("429", "5xx"),
+        description="failures it retries: 429, 408, 409, 5xx (hard errors), timeout (its own "
+        "timeout_s), connection",
     )
     backoff: BackoffSpec = BackoffSpec()
+    retry_after_ms: bool = Field(
+        default=False, description="read a retry-after-ms header before Retry-After"
+    )
+    retry_after_max_s: NonNegativeFloat | None = Field(
+        default=None,
+        description="the longest Retry-After waited (none: backoff.retry_after_max_s)",
+    )
+    retry_after_above_max: Literal["backoff", "no_retry", "cap"] = Field(
+        default="backoff",
+        description="a longer Retry-After: wait the backoff, do not retry, or wait the maximum",
+    )
+    retry_after_integer_only: bool = Field(
+        default=False, description="a Retry-After that is not whole seconds is ignored"
+    )
+    retry_after_jitter_s: NonNegativeFloat = Field(
+        default=0.0, description="a Retry-After wait gets + U[0, this] seconds"
+    )
+    timeout_s: PositiveFloat | None = Field(
+        default=None,
+        description="per-attempt timeout, restarted on each SDK retry (client clock)",
+    )
+    honours_deadline: bool = Field(
+        default=True,
+        description="true: never sleeps past the policy's cut or the deadline; false: sleeps "
+        "out its wait until cancelled",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: object) -> object:
+        return resolve(data)
+
+    @property
+    def retry_after_cap(self) -> float:
+        """The longest Retry-After this client waits as such."""
+        if self.retry_after_max_s is not None:
+            return self.retry_after_max_s
+        return self.backoff.retry_after_max_s
 
 
 class SlowdownSpec(Spec):
@@ -230,7 +285,20 @@ class ProviderSpec(Spec):
         "to whole seconds, at least 1 (HTTP Retry-After); window: time until the quota is whole "
         "again",
     )
+    retry_after_ms: bool = Field(
+        default=False,
+        description="a 429 also carries retry-after-ms: the exact wait rounded up to the "
+        "millisecond",
+    )
     sdk: SdkSpec = SdkSpec()
+    overhead_s: DistSpec | None = Field(
+        default=None, description="per-call client, HTTP and event-loop overhead, seconds"
+    )
+    overhead_held: Probability = Field(
+        default=0.0,
+        description="share of overhead_s holding the slot before service (the rest comes after "
+        "the slot is freed, before the caller sees the answer)",
+    )
     slowdown: SlowdownSpec | None = None
     episodes: EpisodesSpec | None = None
     serves: Annotated[dict[Name, ServingSpec], Field(min_length=1)]

@@ -12,6 +12,7 @@ from difflib import get_close_matches
 from typing import Any
 
 from sim.model.config.policies import MODEL_FIELDS
+from sim.model.config.router import router_problems
 from sim.model.errors import Path
 
 
@@ -122,6 +123,8 @@ def _policy_problems(
                 )
             elif serves and not any(target in served for served in serves.values()):
                 problems.append((("policies", name, field), f"no provider serves model '{target}'"))
+        if policy.get("kind") == "router":
+            problems += router_problems(name, policy, models, serves)
     return problems
 
 
