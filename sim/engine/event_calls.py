@@ -21,17 +21,15 @@ import numpy as np
 import simpy
 
 from sim.engine.event_steps import Flight, StepHandle
-from sim.model.backoff import retry_wait
+from sim.model.backoff import sdk_wait
 from sim.model.conditions import difficulty_factors
 from sim.model.config import Scenario, ValidatorSpec
 from sim.model.hardness import Hardness, hard_tokens
 from sim.model.latency import U_OUTCOME, CallDraws, CallLatency, LogNormal
 from sim.model.provider import (
     OUTCOME_CANCELLED,
-    OUTCOME_ERROR,
     OUTCOME_INVALID,
     OUTCOME_OK,
-    OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
     Call,
@@ -42,7 +40,7 @@ from sim.model.rows import Run
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step, Workflow
 from sim.policy.controls import OUTCOME_BREAKER_OPEN, Controls
-from sim.policy.deadlines import BY_ADMISSION, BY_ATTEMPT, DeadlineRules
+from sim.policy.deadlines import BY_ADMISSION, BY_ATTEMPT, BY_SDK, DeadlineRules
 from sim.policy.plans import Attempt
 
 
@@ -108,14 +106,20 @@ class EventCalls:
         )
         process = self.env.active_process
         run.active.add(process)
+        cut, by_sdk = plan.give_up_after, False
+        timeout = provider.sdk_timeout
+        if timeout is not None and (cut is None or timeout < cut):  # the client's own timeout
+            cut, by_sdk = timeout, True
         try:
             if handle.plain:
-                yield from provider.call(call, ttft, generation, stall, drawn, plan.give_up_after)
+                yield from provider.call(call, ttft, generation, stall, drawn, cut)
             else:
                 yield from provider.call(
-                    call, ttft, generation, stall, drawn, plan.give_up_after,
+                    call, ttft, generation, stall, drawn, cut,
                     limits.queue, limits.start_by, limits.service,
                 )  # fmt: skip
+            if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
+                call.ended_by = BY_SDK
             if truncated or handle.step.validator is not None:
                 yield from self._check_answer(handle, call, truncated)
             run.calls += 1  # as `_record`, written out on the hot path
@@ -257,6 +261,10 @@ class EventCalls:
         )
         if sdk:
             call.sdk_retry = sdk
+        overhead = provider.overhead
+        if overhead is not None:  # client overhead: its own stream per call slot
+            u = self.bank.uniform(i, "overhead", step.id, attempt, resend, sdk)
+            call.overhead = float(overhead.from_uniform(np.asarray([u]))[0])
         if provider.spell_error_rate > 0:
             call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, resend, sdk)
         stall = draws.stall[i]
@@ -304,52 +312,72 @@ class EventCalls:
         call: Call,
         limits: _Limits,
     ) -> Generator[simpy.Event, Any, Call]:
-        """The SDK's hidden retries inside one policy attempt: after a 429 or a hard error it
-        waits (Retry-After up to its cap, else its backoff) and calls again, up to
-        `sdk.retries` times. It gives up early when the wait would pass the policy's cut or the
-        deadline, or when the attempt is cancelled while it waits; with admission, also when
-        the time left cannot fund the wait and an attempt (counted as a refused retry)."""
-        run, env = handle.run, self.env
-        backoff = provider.sdk.backoff
+        """The SDK's hidden retries inside one policy attempt: after a failure in its
+        `retry_on` (a 429, a hard error, its own timeout) it waits (`sdk_wait`: Retry-After or
+        backoff) and calls again, up to `sdk.retries` times, each call cut at its `timeout_s`
+        or what is left of the policy's cut, whichever is first. It gives up when the attempt
+        is cancelled while it waits; with admission, when the time left cannot fund the wait
+        and an attempt (counted as a refused retry). When the wait would pass the policy's cut
+        or the deadline, a client that `honours_deadline` gives up at once; one that does not
+        sleeps until the cut (the attempt ends there) or the deadline's cancellation."""
+        run, env, sdk = handle.run, self.env, provider.sdk
+        retried, timeout = provider.sdk_retried, provider.sdk_timeout
         began = call.start
         for j in range(1, provider.sdk_retries + 1):
-            if run.closed or call.outcome not in (OUTCOME_RATE_LIMITED, OUTCOME_ERROR):
+            if run.closed or call.outcome not in retried:
                 break
+            if call.outcome == OUTCOME_TIMEOUT and call.ended_by != BY_SDK:
+                break  # the caller's cut, not the client's: never retried by the client
             u = self.bank.uniform(run.index, "sdk-backoff", handle.step.id, attempt, run.resend, j)
-            wait = retry_wait(backoff, j, u, call.retry_after)
+            wait = sdk_wait(sdk, j, u, call.retry_after, call.retry_after_ms)
+            if wait is None:  # the client does not retry this one (openai: Retry-After > 120 s)
+                break
             left = None
             if plan.give_up_after is not None:
                 left = plan.give_up_after - (env.now - began) - wait
-                if left <= 0:
-                    break  # the policy's cut comes first: the attempt ends with this failure
-            if wait >= handle.time_left:
+                if left <= 0:  # the policy's cut comes first: the attempt ends with this failure
+                    if not sdk.honours_deadline:  # ... once the client has slept until it
+                        yield from self._sleep(left + wait)
+                    break
+            if wait >= handle.time_left and sdk.honours_deadline:
                 break
             if not handle.admits(wait, attempt, j):
                 break
-            if wait > 0:
-                try:
-                    yield env.timeout(wait)
-                except simpy.Interrupt:  # cancelled while the SDK slept
-                    break
+            if wait > 0 and not (yield from self._sleep(wait)):
+                break  # cancelled while the SDK slept
             if run.closed:
                 break
             call, ttft, generation, stall, drawn, truncated = self._prepare(
                 handle, provider, attempt, plan, j
             )
+            cut, by_sdk = left, False
+            if timeout is not None and (cut is None or timeout < cut):
+                cut, by_sdk = timeout, True
             try:
                 if handle.plain:
-                    yield from provider.call(call, ttft, generation, stall, drawn, left)
+                    yield from provider.call(call, ttft, generation, stall, drawn, cut)
                 else:
                     yield from provider.call(
-                        call, ttft, generation, stall, drawn, left,
+                        call, ttft, generation, stall, drawn, cut,
                         limits.queue, limits.start_by, limits.service,
                     )  # fmt: skip
+                if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
+                    call.ended_by = BY_SDK
                 if truncated or handle.step.validator is not None:
                     yield from self._check_answer(handle, call, truncated)
             finally:
                 self._record(run, call)
             self._label(handle, call, attempt, limits.by)
         return call
+
+    def _sleep(self, seconds: float) -> Generator[simpy.Event, Any, bool]:
+        """Sleep `seconds` (if positive); False if cancelled meanwhile."""
+        if seconds > 0:
+            try:
+                yield self.env.timeout(seconds)
+            except simpy.Interrupt:
+                return False
+        return True
 
     def _validate(
         self, run: Run, call: Call, validator: ValidatorSpec, latency: CallLatency, attempt: int

@@ -22,7 +22,7 @@ from simpy.events import NORMAL
 
 from sim.model.conditions import Episodes
 from sim.model.config import ProviderSpec, ServingSpec
-from sim.model.latency import ERROR, INVALID, OK, CallLatency
+from sim.model.latency import ERROR, INVALID, OK, CallLatency, Distribution, build_distribution
 from sim.model.ratelimit import Quota, retry_after_header
 
 # Outcomes of a call (the `outcome` column).
@@ -68,6 +68,8 @@ class Call:
     billed_output: int = 0
     cost: float = 0.0
     retry_after: float = math.nan  # a 429's Retry-After as the provider sends it, seconds
+    retry_after_ms: float = math.nan  # a 429's retry-after-ms (if the provider sends it), s
+    overhead: float = 0.0  # client, HTTP and event-loop seconds of this call (overhead_s)
     quota_tokens: int = 0  # tokens the provider's TPM quota took at admission (0 for a 429)
     sdk_retry: int = 0  # 0: the policy's call; j: the SDK's j-th retry of it
     reserved: int = 0  # the answer's token cap (what a `charge: max_tokens` quota takes)
@@ -280,6 +282,25 @@ class Provider:
         self.retry_after_mode = spec.retry_after
         self.sdk = spec.sdk
         self.sdk_retries = spec.sdk.retries
+        #: The client's per-attempt timeout (None: none), restarted on each SDK retry.
+        self.sdk_timeout = spec.sdk.timeout_s
+        #: The call outcomes the client retries (its `retry_on`; timeouts: its own only).
+        self.sdk_retried = frozenset(
+            outcome
+            for outcome, kind in (
+                (OUTCOME_RATE_LIMITED, "429"),
+                (OUTCOME_ERROR, "5xx"),
+                (OUTCOME_TIMEOUT, "timeout"),
+            )
+            if kind in spec.sdk.retry_on
+        )
+        #: A 429 also carries retry-after-ms (the exact wait, rounded up to the millisecond).
+        self.sends_retry_after_ms = spec.retry_after_ms
+        #: Per-call overhead law (None: off) and the share of it that holds the slot.
+        self.overhead: Distribution | None = None
+        if spec.overhead_s is not None:
+            self.overhead = build_distribution(spec.overhead_s)
+        self.overhead_held = spec.overhead_held
         self.slowdown = spec.slowdown
         self.episodes: Episodes | None = None
         self.spell_slowdown, self.spell_error_rate = 1.0, 0.0
@@ -315,6 +336,8 @@ class Provider:
         exact = max(q.retry_after(now, tokens, call.input_tokens) for q in quotas)
         reset = max(q.reset_after(now) for q in quotas) if self.retry_after_mode == "window" else 0
         call.retry_after = retry_after_header(self.retry_after_mode, exact, reset)
+        if self.sends_retry_after_ms:
+            call.retry_after_ms = math.ceil(exact * 1000) / 1000 if math.isfinite(exact) else exact
         return False
 
     def stretch(self) -> tuple[float, bool]:
@@ -364,6 +387,9 @@ class Provider:
             call.quota_tokens = tokens
         elif not self.admit(call, charge):  # per-model quotas, or a 429 (Retry-After set)
             call.queue = 0.0
+            if call.overhead:  # the client sees the 429 after its whole overhead
+                left = _INF if give_up_after is None else give_up_after
+                return (yield from self._late(call, OUTCOME_RATE_LIMITED, call.overhead, left, ""))
             return self._end(call, OUTCOME_RATE_LIMITED)
         slots = self.slots
         granted = slots.count < slots.capacity and not slots.queue
@@ -371,6 +397,7 @@ class Provider:
         if granted:  # a free slot and nobody queued: taken at once (`Slots.take`, inlined)
             slots.count += 1
         served_at = math.nan
+        released = False  # the slot was given back before the call's end (overhead after it)
         try:
             if not granted:
                 slot = slots.wait()
@@ -397,6 +424,11 @@ class Provider:
                 ttft, generation = ttft * factor, generation * factor
                 if spell and drawn != ERROR and call.spell_u < self.spell_error_rate:
                     drawn = ERROR
+            after = 0.0
+            if call.overhead:  # the held part delays the first token; the rest comes after
+                held = call.overhead * self.overhead_held
+                after = call.overhead - held
+                ttft += held
             service = ttft if drawn != OK else ttft + generation + stall
             queued = call.queue
             left = _INF if give_up_after is None else give_up_after - queued
@@ -410,7 +442,7 @@ class Provider:
                 call.ended_by = "admission"
                 return self._end(call, OUTCOME_TIMEOUT)
             if service <= left:
-                call.ended_by = ""
+                cut_by, call.ended_by = call.ended_by, ""
                 yield env.timeout(service)
                 if drawn == OK:  # an answer: billed input and output
                     call.ttft = ttft
@@ -418,6 +450,11 @@ class Provider:
                 elif drawn == INVALID:  # junk: billed its input; an error bills nothing
                     call.ttft = ttft
                     call.billed_input = call.input_tokens
+                if after > 0.0:  # served: the slot is free, the caller sees it `after` later
+                    released = True
+                    slots.release()
+                    left -= service
+                    return (yield from self._late(call, _DRAWN[drawn], after, left, cut_by))
                 return self._end(call, _DRAWN[drawn])
             yield env.timeout(left)
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
@@ -430,10 +467,30 @@ class Provider:
                 self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_CANCELLED)
         finally:
-            if slot is None or slot.triggered:  # held a slot (or was just granted one)
+            if released:
+                pass
+            elif slot is None or slot.triggered:  # held a slot (or was just granted one)
                 slots.release()
             else:  # still queued: leave the queue, so it never takes a slot later
                 slots.cancel(slot)
+
+    def _late(
+        self, call: Call, outcome: str, delay: float, left: float, cut_by: str
+    ) -> Generator[simpy.Event, Any, Call]:
+        """The end of a call the caller sees `delay` seconds (client overhead) after the
+        provider is done with it: `outcome` then; a timeout (`ended_by` `cut_by`) if the
+        client's cut, `left` seconds away, comes first; cancelled if interrupted. Billed as the
+        provider billed it."""
+        env = self.env
+        try:
+            if delay <= left:
+                yield env.timeout(delay)
+            else:
+                yield env.timeout(max(left, 0.0))
+                outcome, call.ended_by = OUTCOME_TIMEOUT, cut_by
+        except simpy.Interrupt as stop:
+            outcome, call.ended_by = OUTCOME_CANCELLED, str(stop.cause)
+        return self._end(call, outcome)
 
     def _end(self, call: Call, outcome: str) -> Call:
         call.end = self.env.now

@@ -34,6 +34,7 @@ import pandas as pd
 import pytest
 from test_deadline_scenarios import CHECKS as DEADLINE_CHECKS  # run at the golden size
 from test_hardness_scenario import CHECKS as HARDNESS_CHECKS  # run at the golden size
+from test_sdk_stacking_scenario import SDK_CHECKS  # run at its shipped size there
 from test_storm_scenarios import STORM_CHECKS  # run at their shipped size there
 
 import sim
@@ -514,7 +515,10 @@ INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
 }
 CASES = [(stem, check) for stem, checks in INDEPENDENT.items() for check in checks]
 #: Scenarios whose independent checks need their shipped size run in a module of their own.
-CHECKED_ELSEWHERE: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {**STORM_CHECKS}
+CHECKED_ELSEWHERE: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
+    **STORM_CHECKS,
+    **SDK_CHECKS,
+}
 
 
 # --------------------------------------------------------------------------- tests
