@@ -3,7 +3,7 @@
 the two logs, replay the run's own arrivals in tailsim with that overhead and the SDK preset,
 and print real vs simulated with 95% block-bootstrap intervals.
 
-    python -m experiments.real_client            # about 6 minutes; results/real_client/<time>/
+    python -m experiments.real_client            # about 7 minutes; results/real_client/<time>/
 
 Needs the optional extra: pip install -e ".[real]".
 """
@@ -36,11 +36,12 @@ class Load:
     tpm: float | None = None
 
 
-#: Light (slots ~20% busy), near the slot limit (~80%), quota-bound (the quota admits ~2/3).
+#: With 12 slots and a mean service of 0.336 s, 3 calls per request: light (slots ~21% busy),
+#: near the slot limit (~80%), quota-bound (120,000 tokens/min admit 2/3 of the 250-token calls).
 LOADS = (
-    Load("light", 1.5),
-    Load("near-slots", 6.5),
-    Load("quota", 3.0, tpm=90_000),
+    Load("light", 2.5),
+    Load("near-slots", 9.5),
+    Load("quota", 4.0, tpm=120_000),
 )
 
 
@@ -99,7 +100,8 @@ def one_run(
     tpm = None
     if load.tpm is not None:
         tpm = f"{load.tpm:g}" if client == "openai" else f"{load.tpm:g},{load.tpm / 3:g}"
-    server = Server(setup, folder / "server.jsonl", tpm, deployments, args.seed)
+    seed = 10 * args.seed + [x.name for x in LOADS].index(load.name)  # fresh draws per load
+    server = Server(setup, folder / "server.jsonl", tpm, deployments, seed)
     try:
         if client == "openai":
             requests, calls = asyncio.run(driver.run_openai(work, server.url()))
@@ -164,7 +166,7 @@ def fmt(table: pd.DataFrame) -> str:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description="real openai/LiteLLM client vs tailsim")
-    ap.add_argument("--duration-s", type=float, default=60.0, help="arrivals per run, s")
+    ap.add_argument("--duration-s", type=float, default=90.0, help="arrivals per run, s")
     ap.add_argument("--loads", default="light,near-slots,quota", help="comma list of loads")
     ap.add_argument("--clients", default="openai,litellm", help="openai, litellm (quota only)")
     ap.add_argument("--reps", type=int, default=5, help="tailsim seeds per real run")

@@ -19,7 +19,7 @@ MODEL = "fake"
 class Setup:
     """The parameters shared by the fake server, the driver and the scenario."""
 
-    slots: int = 8
+    slots: int = 12
     median_s: float = 0.25
     p99_s: float = 1.5
     steps: int = 3

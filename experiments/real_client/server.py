@@ -192,6 +192,7 @@ def handler(dep: Deployment):
                 if forced is not None
                 else float(np.exp(dep.mu + dep.sigma * dep.rng.standard_normal()))
             )
+            row["service"] = service
             row["start"] = time.monotonic()
             await asyncio.sleep(service)
             row["end"] = time.monotonic()
@@ -271,7 +272,7 @@ async def _serve(args: argparse.Namespace, log: TextIO) -> None:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (every behaviour parameter of the fake provider)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slots", type=int, default=8, help="calls served at once (FIFO queue)")
+    ap.add_argument("--slots", type=int, default=12, help="calls served at once (FIFO queue)")
     ap.add_argument("--median-s", type=float, default=0.25, help="service time median, s")
     ap.add_argument("--p99-s", type=float, default=1.5, help="service time p99, s")
     ap.add_argument(
