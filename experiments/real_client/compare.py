@@ -140,8 +140,14 @@ def bootstrap(
             diff_v = sim_v / real_v - 1.0 if real_v else np.nan
         else:
             diff, diff_v = arr[:, 1] - arr[:, 0], sim_v - real_v
-        lo = np.nanquantile(arr, 0.025, axis=0)
-        hi = np.nanquantile(arr, 0.975, axis=0)
+        lo = np.quantile(arr, 0.025, axis=0)
+        hi = np.quantile(arr, 0.975, axis=0)
+        finite = diff[np.isfinite(diff)]
+        d_lo, d_hi = (
+            (float(np.quantile(finite, 0.025)), float(np.quantile(finite, 0.975)))
+            if finite.size
+            else (np.nan, np.nan)
+        )
         rows.append(
             {
                 "metric": name,
@@ -153,8 +159,8 @@ def bootstrap(
                 "sim_lo": lo[1],
                 "sim_hi": hi[1],
                 "diff": diff_v,
-                "diff_lo": float(np.nanquantile(diff, 0.025)),
-                "diff_hi": float(np.nanquantile(diff, 0.975)),
+                "diff_lo": d_lo,
+                "diff_hi": d_hi,
                 "diff_kind": "relative" if rel else "points",
             }
         )

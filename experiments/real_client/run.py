@@ -45,6 +45,12 @@ LOADS = (
 )
 
 
+#: The two ways tailsim is run: with the SDK preset and the measured overhead, and as before
+#: issue 18 (the openai run only: `sdk: {retries: 2}` with full-jitter backoff, no overhead).
+PRESET = "preset+overhead"
+BASELINE = "plain (no preset, no overhead)"
+
+
 class Server:
     """The fake server as a subprocess (started fresh per run: empty queues, a new bucket)."""
 
@@ -117,18 +123,25 @@ def one_run(
     trace = scen.write_trace(folder, real["arrival_s"].to_numpy())
     ofile = scen.write_overhead(folder, over.total_s)
     name = f"real-{client}-{load.name}"
+    variants: list[tuple[str, dict, str]] = []
     if client == "openai":
-        data = scen.openai_scenario(
-            setup, name, trace, load.tpm, ofile, over.held_share, presets=not args.baseline
-        )
-        policy = "openai"
+        data = scen.openai_scenario(setup, name, trace, load.tpm, ofile, over.held_share)
+        variants.append((PRESET, data, "openai"))
+        if args.baseline:
+            plain = scen.openai_scenario(setup, name, trace, load.tpm, None, 0.0, presets=False)
+            variants.append((BASELINE, plain, "openai"))
     else:
         data, policy = litellm_setup.scenario(setup, name, trace, load.tpm, ofile, over, folder)
-    path = scen.save(folder, data)
-    sims = simulate(path, policy, len(real), args.reps)
-    table = compare.bootstrap(real, sims, n_boot=args.boot, seed=args.seed)
-    table.insert(0, "load", load.name)
-    table.insert(0, "client", client)
+        variants.append((PRESET, data, policy))
+    tables = []
+    for variant, data, policy in variants:
+        path = scen.save(folder, data, f"scenario-{variant.split()[0]}.yaml")
+        sims = simulate(path, policy, len(real), args.reps)
+        table = compare.bootstrap(real, sims, n_boot=args.boot, seed=args.seed)
+        table.insert(0, "tailsim", variant)
+        table.insert(0, "load", load.name)
+        table.insert(0, "client", client)
+        tables.append(table)
     info = {
         "client": client,
         "load": load.name,
@@ -138,7 +151,7 @@ def one_run(
         "overhead_held": over.held_share,
         "overhead_calls": len(over.total_s),
     }
-    return table, info
+    return pd.concat(tables, ignore_index=True), info
 
 
 def fmt(table: pd.DataFrame) -> str:
@@ -148,17 +161,19 @@ def fmt(table: pd.DataFrame) -> str:
         return f"{100 * x:.1f}%" if unit == "fraction" else f"{x:.3f}"
 
     lines = [
-        "| client | load | metric | real [95% CI] | tailsim [95% CI] | difference [95% CI] |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| client | load | tailsim | metric | real [95% CI] | tailsim [95% CI] "
+        "| difference [95% CI] |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in table.itertuples():
         d, lo, hi = 100 * r.diff, 100 * r.diff_lo, 100 * r.diff_hi
         suffix = " pts" if r.diff_kind == "points" else "%"
+        diff = "n/a (0 real)" if np.isnan(d) else f"{d:+.1f}{suffix} [{lo:+.1f}, {hi:+.1f}]"
         lines.append(
-            f"| {r.client} | {r.load} | {r.metric} "
+            f"| {r.client} | {r.load} | {r.tailsim} | {r.metric} "
             f"| {v(r.real, r.unit)} [{v(r.real_lo, r.unit)}, {v(r.real_hi, r.unit)}] "
             f"| {v(r.sim, r.unit)} [{v(r.sim_lo, r.unit)}, {v(r.sim_hi, r.unit)}] "
-            f"| {d:+.1f}{suffix} [{lo:+.1f}, {hi:+.1f}] |"
+            f"| {diff} |"
         )
     return "\n".join(lines)
 
@@ -169,13 +184,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--duration-s", type=float, default=90.0, help="arrivals per run, s")
     ap.add_argument("--loads", default="light,near-slots,quota", help="comma list of loads")
     ap.add_argument("--clients", default="openai,litellm", help="openai, litellm (quota only)")
-    ap.add_argument("--reps", type=int, default=5, help="tailsim seeds per real run")
+    ap.add_argument("--reps", type=int, default=20, help="tailsim seeds per real run")
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     ap.add_argument("--seed", type=int, default=1, help="arrivals, service and bootstrap seed")
     ap.add_argument(
-        "--baseline",
-        action="store_true",
-        help="tailsim without the SDK preset and overhead (main's sdk retries, openai only)",
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="skip tailsim as before issue 18 (no SDK preset, no overhead) beside the openai runs",
     )
     ap.add_argument("--out", default=None, help="folder (default results/real_client/<time>)")
     return ap.parse_args(argv)
