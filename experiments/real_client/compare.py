@@ -19,11 +19,18 @@ def _quantile(q: float) -> Metric:
     return lambda d: float(np.quantile(d["latency_s"], q))
 
 
+def _hits_median(d: dict[str, np.ndarray]) -> float:
+    """Median latency of the requests answered in time (NaN without one)."""
+    hits = d["latency_s"][d["ok"] > 0]
+    return float(np.median(hits)) if hits.size else float("nan")
+
+
 #: The compared metrics: name -> (function, unit, difference relative (True) or in points).
 METRICS: dict[str, tuple[Metric, str, bool]] = {
     "hit rate": (lambda d: float(d["ok"].mean()), "fraction", False),
     "p50": (_quantile(0.50), "s", True),
     "p95": (_quantile(0.95), "s", True),
+    "p50 of hits": (_hits_median, "s", True),
     "calls/req": (lambda d: float(d["calls"].mean()), "calls", True),
     "429s/req": (lambda d: float(d["r429"].mean()), "calls", True),
 }
@@ -140,8 +147,8 @@ def bootstrap(
             diff_v = sim_v / real_v - 1.0 if real_v else np.nan
         else:
             diff, diff_v = arr[:, 1] - arr[:, 0], sim_v - real_v
-        lo = np.quantile(arr, 0.025, axis=0)
-        hi = np.quantile(arr, 0.975, axis=0)
+        lo = np.nanquantile(arr, 0.025, axis=0)
+        hi = np.nanquantile(arr, 0.975, axis=0)
         finite = diff[np.isfinite(diff)]
         d_lo, d_hi = (
             (float(np.quantile(finite, 0.025)), float(np.quantile(finite, 0.975)))

@@ -144,8 +144,11 @@ async def _send(
 ) -> web.StreamResponse:
     """Write a JSON response to the end, noting in `row` its status and when it was sent."""
     response = web.json_response(payload, status=status, headers=headers)
-    await response.prepare(request)
-    await response.write_eof()
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionResetError:  # the client left (its deadline) as we answered: logged 499
+        return response
     row["status"], row["sent"] = status, time.monotonic()
     return response
 
