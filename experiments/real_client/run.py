@@ -46,7 +46,7 @@ LOADS = (
 
 
 #: The two ways tailsim is run: with the SDK preset and the measured overhead, and as before
-#: issue 18 (the openai run only: `sdk: {retries: 2}` with full-jitter backoff, no overhead).
+#: those keys existed (openai runs only: `sdk: {retries: 2}`, full-jitter backoff, no overhead).
 PRESET = "preset+overhead"
 BASELINE = "plain (no preset, no overhead)"
 
@@ -191,7 +191,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--no-baseline",
         dest="baseline",
         action="store_false",
-        help="skip tailsim as before issue 18 (no SDK preset, no overhead) beside the openai runs",
+        help="skip tailsim without SDK preset and overhead beside the openai runs",
     )
     ap.add_argument("--out", default=None, help="folder (default results/real_client/<time>)")
     return ap.parse_args(argv)
