@@ -1,9 +1,10 @@
 """A client's wait before a retry: exponential backoff with jitter, or the 429's Retry-After.
 
 One function, `retry_wait`, used by the policies (between attempts), the SDK layer (below the
-policy) and customer re-sends, so all three wait the same way. The jitter uniform comes from the
-caller's named stream, so every policy sees the same jitter for the same retry (common random
-numbers).
+policy) and customer re-sends, so all three wait the same way; `sdk_wait` is the SDK layer's, a
+client preset's exact rules (retry-after-ms, a long Retry-After, its jitter), `retry_wait`
+itself under preset `none`. The jitter uniform comes from the caller's named stream, so every
+policy sees the same jitter for the same retry (common random numbers).
 """
 
 from __future__ import annotations

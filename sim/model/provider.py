@@ -3,7 +3,9 @@
 A call's life is written out in one place, `Provider.call`: sent (429 if over a quota, with the
 Retry-After the provider would send), queued for a slot, served (stretched by load and bad
 spells when those are on), first token, generating, then done or cancelled. A cancelled or cut
-call stops holding its slot at once; what it is billed follows the scenario's billing rule.
+call stops holding its slot at once; what it is billed follows the scenario's billing rule. With
+client overhead (`overhead_s`), its held part holds the slot before the first token and the
+rest delays what the caller sees after the slot is freed (`Provider._late`).
 """
 
 from __future__ import annotations

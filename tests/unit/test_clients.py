@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 import simpy
 
+import sim
 from sim.engine.choice import vectorized_tables
 from sim.model.backoff import retry_wait, sdk_wait
 from sim.model.config import ProviderSpec, SdkSpec
+from sim.model.errors import ScenarioError
 from sim.model.latency import OK, CallDraws, CallLatency, Constant
 from sim.model.provider import Call, Provider, Serving
 from sim.model.scenario import scenario_from_dict
@@ -452,3 +454,67 @@ def test_overhead_runs_on_the_event_engine() -> None:
     tables, why = vectorized_tables(scenario, policy, bank, np.zeros(3), "auto")
     assert tables is None
     assert "overhead_s" in why
+
+
+# ----------------------------------------------------------------------------- the keys
+
+
+@pytest.mark.parametrize(
+    ("provider", "path", "says"),
+    [
+        ({"sdk": "openaii"}, "providers.p1.sdk.preset", "'openai'"),
+        ({"sdk": {"preset": "openai", "retry_on": [429, 500]}}, "providers.p1.sdk.retry_on", "5xx"),
+        ({"sdk": {"timeout_s": 0}}, "providers.p1.sdk.timeout_s", "greater than 0"),
+        ({"sdk": {"retry_after_above_max": "wait"}}, "providers.p1.sdk.retry_after_above_max", ""),
+        ({"sdk": {"backoff": {"jitter": "sdkk"}}}, "providers.p1.sdk.backoff.jitter", "additive"),
+        ({"overhead_held": 1.5}, "providers.p1.overhead_held", "1"),
+        ({"overhead_s": {"median": 0.05}}, "providers.p1.overhead_s", "p99"),
+    ],
+)
+def test_bad_client_keys_name_their_path(provider: dict[str, Any], path: str, says: str) -> None:
+    data = scenario_dict(providers={"p1": {"serves": {"big": serving()}, **provider}})
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_dict(data)
+    [(where, message)] = caught.value.problems
+    assert where.startswith(path)
+    assert says in message
+
+
+def test_resolved_presets_load_back_the_same() -> None:
+    """A preset written out in full (scenario.resolved.yaml) loads back to the same spec."""
+    for name in ("none", "openai", "anthropic", "litellm"):
+        spec = preset(name, timeout_s=3.0)
+        assert SdkSpec.model_validate(spec.model_dump(mode="json")) == spec
+
+
+def test_held_overhead_costs_capacity_as_md1_predicts() -> None:
+    """One slot, Poisson arrivals at 0.6/s, 1 s of service plus 0.4 s of overhead, half held:
+    an M/D/1 queue with D = 1.2 s, so the mean latency is the Pollaczek-Khinchine wait
+    lam D^2 / (2 (1 - lam D)) = 1.543 s plus D plus the 0.2 s after the slot: 2.943 s (were
+    nothing held, D = 1.0: 2.15 s). Fixed seed; tolerance 4 standard errors from batch means
+    (50 batches of consecutive requests: queue waits are autocorrelated)."""
+    lam, service, over, held = 0.6, 1.0, 0.4, 0.5
+    d = service + over * held
+    expected = lam * d * d / (2 * (1 - lam * d)) + d + over * (1 - held)
+    data = scenario_dict(
+        [step("s1")],
+        {"p": {"kind": "wait"}},
+        deadline_s=10_000.0,
+        requests=20_000,
+        arrivals={"kind": "poisson", "rate_per_s": lam},
+        providers={
+            "p1": {
+                "concurrency": 1,
+                "serves": {"big": serving(ttft=0.5, tokens_per_s=200.0)},
+                "overhead_s": {"dist": "constant", "value": over},
+                "overhead_held": held,
+            }
+        },
+    )
+    result = sim.run(scenario_from_dict(data), engine="des")
+    latency = result.requests.sort_values("request_id")["latency_s"].to_numpy(float)
+    latency = latency[1000:]  # past the empty start
+    batches = latency[: len(latency) // 50 * 50].reshape(50, -1).mean(axis=1)
+    se = batches.std(ddof=1) / math.sqrt(len(batches))
+    assert abs(latency.mean() - expected) < 4 * se, (latency.mean(), expected, se)
+    assert se < 0.1  # tight enough to tell it from the unheld 2.15 s

@@ -67,7 +67,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # litellm 1.110.2: calculate_retry_after: an integer Retry-After in (0, 60] is waited plus
     # JITTER * U (JITTER 0.75), else min(0.5 * 2^k, 8) + 0.75 U (INITIAL_RETRY_DELAY 0.5,
     # MAX_RETRY_DELAY 8.0); the header is read with int(), so retry-after-ms and fractional
-    # values are ignored; should_retry: 408/409/429/5xx; DEFAULT_MAX_RETRIES 2.
+    # values are ignored; should_retry: 408/409/429/5xx; DEFAULT_MAX_RETRIES 2;
+    # request_timeout DEFAULT_REQUEST_TIMEOUT_SECONDS 6000 per attempt.
     "litellm": {
         "retries": 2,
         "retry_on": _SDK_RETRY_ON,
@@ -83,7 +84,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "retry_after_above_max": "backoff",
         "retry_after_integer_only": True,
         "retry_after_jitter_s": 0.75,
-        "timeout_s": None,
+        "timeout_s": 6000.0,
         "honours_deadline": False,
     },
 }
