@@ -11,6 +11,7 @@ naming the file and key path. Precedence as LiteLLM's: `router_settings` over `l
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,11 +78,16 @@ class _Reader:
             raise self.fail(path, f"must be a mapping, got {type(value).__name__}")
         return value
 
-    def number(self, value: Any, path: Path, integer: bool = False, low: float = 0) -> float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or (integer and not float(value).is_integer()) or value < low:
+    def number(
+        self, value: Any, path: Path, integer: bool = False, low: float = 0, above: bool = False
+    ) -> float:
+        """A number >= `low` (> `low` with `above`), an integer with `integer`."""
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and ((integer and not float(value).is_integer()) or value < low):
+            ok = False
+        if not ok or (above and value <= low):
             kind = "an integer" if integer else "a number"
-            raise self.fail(path, f"must be {kind} >= {low:g}, got {value!r}")
+            raise self.fail(path, f"must be {kind} {'>' if above else '>='} {low:g}, got {value!r}")
         return int(value) if integer else float(value)
 
     def skip(self, path: Path, why: str) -> None:
@@ -181,9 +187,9 @@ def _deployment(
         if key in ("model", "rpm", "tpm"):
             continue
         if key == "weight":
-            router_entry["weight"] = read.number(value, where)
+            router_entry["weight"] = read.number(value, where, above=True)
         elif key == "timeout":
-            router_entry["timeout_s"] = read.number(value, where)
+            router_entry["timeout_s"] = read.number(value, where, above=True)
         elif key == "cooldown_time":
             router_entry["cooldown_time_s"] = read.number(value, where)
         elif key == "max_retries":
@@ -212,7 +218,7 @@ def _router(
     the same setting from there)."""
     settings = read.mapping(top.get("router_settings"), ("router_settings",))
     module = read.mapping(top.get("litellm_settings"), ("litellm_settings",))
-    policy: dict[str, Any] = {"kind": "router", "deployments": groups}
+    policy: dict[str, Any] = {"kind": "router", "litellm_version": "1.110", "deployments": groups}
 
     def pick(key: str, module_key: str | None = None) -> tuple[Any, Path]:
         if key in settings:
@@ -233,10 +239,13 @@ def _router(
             policy[target] = int(read.number(value, at, integer=True))
     value, at = pick("timeout", "request_timeout")
     if value is not None:
-        policy["timeout_s"] = read.number(value, at)
-    for key, target in (("cooldown_time", "cooldown_time_s"), ("retry_after", "retry_after_s")):
+        policy["timeout_s"] = read.number(value, at, above=True)
+    for key, target, above in (
+        ("cooldown_time", "cooldown_time_s", True),
+        ("retry_after", "retry_after_s", False),
+    ):
         if key in settings:
-            policy[target] = read.number(settings[key], ("router_settings", key))
+            policy[target] = read.number(settings[key], ("router_settings", key), above=above)
     if "allowed_fails" in settings:
         at = ("router_settings", "allowed_fails")
         policy["allowed_fails"] = int(read.number(settings["allowed_fails"], at, integer=True))

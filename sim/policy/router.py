@@ -1,6 +1,16 @@
-"""The `router` policy kind: a step run as LiteLLM's Router runs a completion (litellm 1.80.0).
+"""The `router` policy kind: a step run as LiteLLM's Router runs a completion.
 
-Read from litellm's source (file: function):
+Two releases: 1.80.0, read from its source (below), and 1.110.2 (the default,
+`litellm_version: "1.110"`), whose Router decides in a compiled core (`litellm/router_rust/`,
+no source shipped) and differs from 1.80.0 where driving both Routers on mocked failures
+showed it (tests/unit/test_router.py): its backoff exponent counts 0, 1, 2, ... (1.80.0:
+0, 0, 1, ...); after a failed retry with no healthy deployment left it stops at once (no
+sleep) and goes to the fallbacks; the failure-share cooldown rule needs 5 calls this minute
+(`DEFAULT_FAILURE_THRESHOLD_MINIMUM_REQUESTS`); `retry_policy` also reads
+`InternalServerErrorRetries` and `DefaultRetries`; the generic fallback `*` serves only the
+request's own group, not a group reached as a fallback. Everything else is 1.80.0's.
+
+Read from litellm 1.80.0's source (file: function):
 - `litellm/router.py: Router.async_function_with_fallbacks` and
   `router_utils/fallback_event_handlers.py: run_async_fallback`: after a group's retries fail,
   its `fallbacks` (exact group, else `"*"`) are tried in order, each with its own retries and
@@ -61,6 +71,9 @@ _FAILURE = {OUTCOME_RATE_LIMITED: RATE_LIMIT, OUTCOME_TIMEOUT: TIMEOUT, OUTCOME_
 #: litellm constants: a deployment's minute counters (s), the v2 rule's failure share, the
 #: traffic above which even a single deployment cools down, the latency of a timed-out call.
 _MINUTE_S, _FAILURE_SHARE, _SINGLE_TRAFFIC, _TIMEOUT_LATENCY = 60.0, 0.5, 1000, 1000.0
+#: 1.110: calls of a deployment this minute before the failure-share rule applies
+#: (litellm/constants.py DEFAULT_FAILURE_THRESHOLD_MINIMUM_REQUESTS).
+_MIN_REQUESTS = 5
 #: The most a Retry-After header may ask for and still be obeyed (`_calculate_retry_after`).
 _RETRY_AFTER_MAX_S = 60.0
 
@@ -131,6 +144,8 @@ class Router(Policy):
     def __init__(self, name: str, spec: RouterPolicy, scenario: Scenario) -> None:
         self.name = name
         self.spec = spec
+        #: litellm 1.110.2's Router, where it differs from 1.80.0's (see the module docstring)
+        self.v110 = spec.litellm_version == "1.110"
         self.groups: dict[str, list[Deployment]] = {}
         given = spec.deployments or {}
         for model in scenario.models:
@@ -167,7 +182,9 @@ class Router(Policy):
         fallbacks = self.spec.fallbacks
         if fallbacks is None:
             return result
-        targets = fallbacks.get(group, fallbacks.get("*"))
+        targets = fallbacks.get(group)
+        if targets is None and (depth == 0 or not self.v110):  # 1.110: `*` only for the request's
+            targets = fallbacks.get("*")  # own group, not for a group reached as a fallback
         if targets is None or depth >= self.spec.max_fallbacks:
             return result
         for target in targets:
@@ -201,9 +218,13 @@ class Router(Policy):
             outcome, _ = yield from self._attempt(run, group, state, counters)
             if outcome in ("ok", "answered", "closed"):
                 return outcome
-            # every sleep is computed from the group's FIRST failure (`e=original_exception`)
+            if self.v110 and not self._healthy(state, members, run.env.now):
+                return "failed"  # 1.110: nothing healthy left, no sleep: on to the fallbacks
+            # every sleep is computed from the group's FIRST failure (`e=original_exception`);
+            # 1.80's backoff exponent repeats 0 here (remaining = retries - k), 1.110's does not
+            remaining = retries - k - 1 if self.v110 else retries - k
             yield from self._sleep(
-                run, state, members, first, retry_after, retries - k, retries, counters
+                run, state, members, first, retry_after, remaining, retries, counters
             )
         return "closed" if run.closed else "failed"
 
@@ -215,11 +236,12 @@ class Router(Policy):
         by_type = {
             RATE_LIMIT: policy.RateLimitErrorRetries,
             TIMEOUT: policy.TimeoutErrorRetries,
-            SERVER: policy.InternalServerErrorRetries,
+            SERVER: policy.InternalServerErrorRetries if self.v110 else None,
         }.get(failure)
         if by_type is not None:
             return by_type
-        return policy.DefaultRetries if policy.DefaultRetries is not None else self.spec.num_retries
+        default = policy.DefaultRetries if self.v110 else None  # 1.80 reads neither
+        return default if default is not None else self.spec.num_retries
 
     def _sleep(
         self,
@@ -342,7 +364,8 @@ class Router(Policy):
                 return True
             if share == 1.0 and ok + bad >= _SINGLE_TRAFFIC:
                 return True
-            return share > _FAILURE_SHARE and not single
+            enough = ok + bad >= _MIN_REQUESTS if self.v110 else True
+            return share > _FAILURE_SHARE and not single and enough
         by_type = None
         if spec.allowed_fails_policy is not None:
             by_type = {

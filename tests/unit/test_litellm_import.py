@@ -104,6 +104,10 @@ BAD: list[tuple[dict[str, Any], str]] = [
         "model_list[0].litellm_params.rpm: must be an integer",
     ),
     (
+        {"model_list": [{"model_name": "g", "litellm_params": {"model": "x", "timeout": 0}}]},
+        "model_list[0].litellm_params.timeout: must be a number > 0",
+    ),
+    (
         {
             "model_list": [{"model_name": "g", "litellm_params": {"model": "x"}}],
             "router_settings": {"routing_strategy": "cost-based-routing"},

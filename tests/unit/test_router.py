@@ -65,7 +65,7 @@ class FakeRun:
 
 
 def _router(**keys: Any) -> Router:
-    """A router over providers a, b (model big) and c (model small)."""
+    """A router over providers a, b (model big), c (model small) and d (model tiny)."""
     law = {
         "ttft_s": {"dist": "constant", "value": 1.0},
         "tokens_per_s": {"dist": "constant", "value": 100},
@@ -74,11 +74,12 @@ def _router(**keys: Any) -> Router:
         "name": "r",
         "deadline_s": 100,
         "requests": 1,
-        "models": {"big": {}, "small": {}},
+        "models": {"big": {}, "small": {}, "tiny": {}},
         "providers": {
             "a": {"serves": {"big": law}},
             "b": {"serves": {"big": law}},
             "c": {"serves": {"small": law}},
+            "d": {"serves": {"tiny": law}},
         },
         "workflow": {"steps": [{"id": "s1", "model": "big"}]},
         "policies": {"r": {"kind": "router", **keys}},
@@ -146,16 +147,32 @@ def test_wait_formula_equals_litellms_own() -> None:
 # ----------------------------------------------------------------------------- retries and picks
 
 
-def test_a_retry_lands_on_the_other_deployment_at_once() -> None:
-    """least-busy picks a first; its 5xx cools it down (LiteLLM's default rule: more than half
-    of its calls this minute failed, in a group of two), so the retry goes to b with no sleep
+@pytest.mark.parametrize("version", ["1.80", "1.110"])
+def test_a_retry_lands_on_the_other_deployment_at_once(version: str) -> None:
+    """least-busy picks a first; its 429 cools it down (a 429 in a group of several
+    deployments, both releases), so the retry goes to b with no sleep
     (`_time_to_sleep_before_retry`: 0 while another deployment is healthy)."""
-    router = _router(routing_strategy="least-busy")
+    router = _router(routing_strategy="least-busy", litellm_version=version)
+    run = FakeRun(simpy.Environment(), {"a": OUTCOME_RATE_LIMITED, "b": OUTCOME_OK})
+    result = _run(router, run)
+    run.env.run()
+    assert result == [True]
+    assert run.log == [(0.0, "a", OUTCOME_RATE_LIMITED), (1.0, "b", OUTCOME_OK)]
+
+
+@pytest.mark.parametrize(("version", "calls_on_a"), [("1.80", 1), ("1.110", 5)])
+def test_a_failing_deployment_cools_by_share_after_enough_calls(
+    version: str, calls_on_a: int
+) -> None:
+    """The failure-share rule (more than half of this minute's calls failed, group of several):
+    1.80 applies it from the first call, 1.110 only from 5 calls this minute; until then
+    least-busy keeps picking a (its count is back to 0 after each call)."""
+    router = _router(routing_strategy="least-busy", num_retries=7, litellm_version=version)
     run = FakeRun(simpy.Environment(), {"a": OUTCOME_ERROR, "b": OUTCOME_OK})
     result = _run(router, run)
     run.env.run()
     assert result == [True]
-    assert run.log == [(0.0, "a", OUTCOME_ERROR), (1.0, "b", OUTCOME_OK)]
+    assert [p for _, p, _ in run.log] == ["a"] * calls_on_a + ["b"]
 
 
 def test_simple_shuffle_weights_by_the_first_deployments_key() -> None:
@@ -188,15 +205,23 @@ def test_single_deployment_sleeps_retry_after_plus_jitter_then_falls_back() -> N
     assert result == [True]
 
 
-def test_sleeps_follow_the_first_failure_not_the_later_ones() -> None:
+@pytest.mark.parametrize(
+    ("version", "starts"), [("1.80", [0.0, 1.5, 3.0]), ("1.110", [0.0, 1.5, 3.5])]
+)
+def test_sleeps_follow_the_first_failure_not_the_later_ones(
+    version: str, starts: list[float]
+) -> None:
     """After a first 5xx, later 429s do not switch the sleep to their Retry-After: every sleep
-    is computed from the first exception (backoff 0.5, 0.5 then 1.0 s, jitter 0)."""
-    router = _router(deployments={"big": [{"provider": "a"}]}, num_retries=2)
+    is computed from the first exception (backoff, jitter 0): 0.5, 0.5 s under 1.80 (its
+    exponent repeats 0), 0.5, 1.0 s under 1.110."""
+    router = _router(
+        deployments={"big": [{"provider": "a"}]}, num_retries=2, litellm_version=version
+    )
     run = FakeRun(simpy.Environment(), {"a": [OUTCOME_ERROR, OUTCOME_RATE_LIMITED, OUTCOME_OK]})
     run.u["router-sleep"] = 0.0
     result = _run(router, run)
     run.env.run()
-    assert [t for t, _, _ in run.log] == pytest.approx([0.0, 1.5, 3.0], abs=EPS)
+    assert [t for t, _, _ in run.log] == pytest.approx(starts, abs=EPS)
     assert result == [True]
 
 
@@ -279,16 +304,21 @@ def test_a_first_failure_leaving_nothing_healthy_is_not_retried() -> None:
     assert result == [True]
 
 
-def test_retries_with_every_deployment_cooling_sleep_then_the_generic_fallback() -> None:
+@pytest.mark.parametrize(("version", "fallback_at"), [("1.80", 6.75), ("1.110", 2.0)])
+def test_retries_with_every_deployment_cooling_then_the_generic_fallback(
+    version: str, fallback_at: float
+) -> None:
     """Both deployments cool down for 100 s on their 429: the retry lands on b at once (a
     cooling), then with nothing healthy each sleep is the first failure's Retry-After plus
     jitter (2 + 0.375 s), the last retry finds no deployment (no call) and sleeps too, then the
-    generic fallback `*` sends the step to `small`."""
+    generic fallback `*` sends the step to `small` (1.80). 1.110 stops as soon as a failed
+    retry leaves nothing healthy: the fallback starts at b's failure, 2 s."""
     cool = {"cooldown_time_s": 100.0}
     router = _router(
         deployments={"big": [{"provider": "a", **cool}, {"provider": "b", **cool}]},
         fallbacks={"*": ["small"]},
         routing_strategy="least-busy",
+        litellm_version=version,
     )
     run = FakeRun(
         simpy.Environment(),
@@ -296,7 +326,11 @@ def test_retries_with_every_deployment_cooling_sleep_then_the_generic_fallback()
     )
     result = _run(router, run)
     run.env.run()
-    assert [(t, p) for t, p, _ in run.log] == [(0.0, "a"), (1.0, "b"), (pytest.approx(6.75), "c")]
+    assert [(t, p) for t, p, _ in run.log] == [
+        (0.0, "a"),
+        (1.0, "b"),
+        (pytest.approx(fallback_at), "c"),
+    ]
     assert result == [True]
 
 
@@ -304,3 +338,200 @@ def test_router_keys_reject_unknown_groups() -> None:
     """A deployment on a provider that does not serve its group is a reference problem."""
     with pytest.raises(ScenarioError, match="does not serve 'big'"):
         _router(deployments={"big": [{"provider": "c"}]})
+
+
+# ----------------------------------------------------------------------------- in the event engine
+
+
+def test_in_the_engine_a_cooldown_holds_for_every_request() -> None:
+    """A whole run (event engine): with allowed_fails 0 every failed call on `a` cools it for
+    5 s unless it is already cooling; replaying those cooldowns from the calls table, no call on
+    `a` starts inside one, while other requests' calls go to `b` then. Exact: no statistics."""
+    import sim  # noqa: PLC0415 - the API, only for this engine-level test
+
+    law = {
+        "ttft_s": {"dist": "constant", "value": 0.5},
+        "tokens_per_s": {"median": 100, "p99": 200},
+    }
+    data = {
+        "name": "cooling",
+        "seed": 4,
+        "deadline_s": 60,
+        "requests": 300,
+        "arrivals": {"kind": "poisson", "rate_per_s": 4.0},
+        "models": {"big": {}},
+        "providers": {
+            "a": {"serves": {"big": {**law, "error_rate": 0.3}}},
+            "b": {"serves": {"big": law}},
+        },
+        "workflow": {"steps": [{"id": "s1", "model": "big", "output_tokens": 50}]},
+        "policies": {
+            "litellm": {
+                "kind": "router",
+                "routing_strategy": "least-busy",
+                "allowed_fails": 0,
+                "cooldown_time_s": 5.0,
+                "num_retries": 1,
+            }
+        },
+    }
+    result = sim.run(scenario_from_dict(data))
+    assert result.engines["litellm"] == "des"
+    calls = result.calls
+    on_a = calls[calls["provider"] == "a"]
+    until, windows = -math.inf, []
+    for end in sorted(on_a.loc[on_a["outcome"] == "error", "end_s"]):
+        if end > until:  # a failure while cooling does not extend the cooldown
+            until = end + 5.0
+            windows.append((end, until))
+    assert len(windows) >= 3
+    starts_a = on_a["start_s"].to_numpy()
+    starts_b = calls.loc[calls["provider"] == "b", "start_s"].to_numpy()
+    for begin, end in windows:
+        assert not ((starts_a >= begin) & (starts_a <= end)).any(), (begin, end)
+        assert ((starts_b > begin) & (starts_b <= end)).any()  # other requests went to b
+
+
+# ----------------------------------------------------------------------------- against litellm
+
+
+def _litellm_router_run(
+    script: dict[str, str | None], groups: dict[str, str], **keys: Any
+) -> tuple[list[float], list[str], str | None]:
+    """litellm's own Router on mocked deployments (`mock_response`), asyncio.sleep recorded and
+    random.random fixed at 0.5: (positive sleeps, deployments called in order, the deployment
+    that answered or None if the Router raised)."""
+    import asyncio  # noqa: PLC0415 - only with litellm installed
+
+    import litellm  # noqa: PLC0415
+    from litellm.integrations.custom_logger import CustomLogger  # noqa: PLC0415
+
+    called: list[str] = []
+
+    class Calls(CustomLogger):  # type: ignore[misc]
+        def log_pre_api_call(self, model: str, messages: Any, kwargs: Any) -> None:
+            called.append(model)
+
+    mocks = {"500": "litellm.InternalServerError", "429": "litellm.RateLimitError", None: "hi"}
+    model_list = [
+        {
+            "model_name": groups[name],
+            "litellm_params": {"model": f"openai/{name}", "mock_response": mocks[kind]},
+            "model_info": {"id": name},
+        }
+        for name, kind in script.items()
+    ]
+    sleeps: list[float] = []
+    real_sleep, real_random, callbacks = asyncio.sleep, random.random, litellm.callbacks
+
+    async def sleep(seconds: float, *args: Any, **kwargs: Any) -> None:
+        sleeps.append(float(seconds))
+        await real_sleep(0)
+
+    async def go() -> str | None:
+        router = litellm.Router(model_list=model_list, **keys)
+        messages = [{"role": "user", "content": "hi"}]
+        try:
+            response = await router.acompletion(
+                model=model_list[0]["model_name"], messages=messages
+            )
+        except Exception:  # the Router gave up: compared with a failed step
+            return None
+        return str(response._hidden_params.get("model_id"))
+
+    asyncio.sleep, random.random = sleep, lambda: 0.5  # type: ignore[assignment]
+    litellm.callbacks = [Calls()]
+    try:
+        answered = asyncio.run(go())
+    finally:
+        asyncio.sleep, random.random = real_sleep, real_random  # type: ignore[assignment]
+        litellm.callbacks = callbacks
+    return [t for t in sleeps if t > 0], called, answered
+
+
+_ONE = {"deployments": {"big": [{"provider": "a"}]}}
+_FALLBACK = {"fallbacks": [{"big": ["small"]}]}
+#: (deployments' mocked outcomes, Router keys); the router kind gets the same settings.
+CASES: list[tuple[dict[str, str | None], dict[str, Any]]] = [
+    # one deployment failing with 5xx, or 429 (no Retry-After header): backoff, then fallback
+    ({"a": "500", "c": None}, {"num_retries": 2, **_FALLBACK}),
+    ({"a": "429", "c": None}, {"num_retries": 2, **_FALLBACK}),
+    # two deployments, a failing: 1.80 cools it at once, 1.110 after 5 calls this minute
+    ({"a": "500", "b": None}, {"num_retries": 2, "routing_strategy": "least-busy"}),
+    ({"a": "500", "b": None}, {"num_retries": 7, "routing_strategy": "least-busy"}),
+    # a 429 cools a deployment of a group of several at once
+    ({"a": "429", "b": None}, {"num_retries": 3, "routing_strategy": "least-busy"}),
+    ({"a": "429", "b": "429", "c": None},
+     {"num_retries": 2, "routing_strategy": "least-busy", **_FALLBACK}),
+    # the count rule: no retry once nothing is healthy
+    ({"a": "500", "c": None}, {"num_retries": 2, "allowed_fails": 0, **_FALLBACK}),
+    ({"a": "500", "c": None}, {"num_retries": 3, "allowed_fails": 2, **_FALLBACK}),
+    # nested fallbacks (each group with its own retries), the generic `*`, max_fallbacks
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 1, "fallbacks": [{"big": ["small"]}, {"small": ["tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "fallbacks": [{"big": ["small"]}, {"*": ["tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "max_fallbacks": 1,
+      "fallbacks": [{"big": ["small"]}, {"small": ["tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "fallbacks": [{"*": ["small", "tiny"]}]}),
+    ({"a": "500", "c": "500", "d": None},
+     {"num_retries": 0, "fallbacks": [{"big": ["small", "tiny"]}]}),
+    # retry_policy by the first failure's type (1.80 does not read InternalServerErrorRetries)
+    ({"a": "500", "c": None},
+     {"num_retries": 1, "retry_policy": {"InternalServerErrorRetries": 3}, **_FALLBACK}),
+]  # fmt: skip
+
+
+class _SleepLog(simpy.Environment):
+    """An Environment that records every positive timeout: the router's sleeps (calls here
+    take no time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+
+    def timeout(self, delay: float, value: Any = None) -> simpy.Timeout:  # type: ignore[override]
+        if delay > 0:
+            self.sleeps.append(delay)
+        return super().timeout(delay, value)
+
+
+def _ours(keys: dict[str, Any], script: dict[str, str | None]) -> dict[str, Any]:
+    """The router kind's keys for LiteLLM Router keys (fallbacks as a mapping)."""
+    mine = {k: v for k, v in keys.items() if k != "fallbacks"}
+    if "fallbacks" in keys:
+        mine["fallbacks"] = {k: v for item in keys["fallbacks"] for k, v in item.items()}
+    if "b" not in script:
+        mine.update(_ONE)
+    return mine
+
+
+@pytest.mark.parametrize(("script", "keys"), CASES)
+def test_litellms_own_router_sleeps_and_calls_the_same(
+    script: dict[str, str | None], keys: dict[str, Any]
+) -> None:
+    """The same failures through litellm's Router (when installed: 1.80.x or 1.110.x) and
+    through the router kind set to that release: the same sleeps, the same deployments called
+    in order, the same answer (or both give up). Calls take no time here, so the sleeps are the
+    gaps between call starts."""
+    pytest.importorskip("litellm")
+    from importlib.metadata import version  # noqa: PLC0415
+
+    release = ".".join(version("litellm").split(".")[:2])
+    if release not in ("1.80", "1.110"):
+        pytest.skip(f"litellm {release} is neither release the router kind models")
+    groups = {"a": "big", "b": "big", "c": "small", "d": "tiny"}
+    sleeps, called, answered = _litellm_router_run(script, groups, **keys)
+    outcome = {"500": OUTCOME_ERROR, "429": OUTCOME_RATE_LIMITED, None: OUTCOME_OK}
+    env = _SleepLog()
+    run = FakeRun(env, {p: outcome[k] for p, k in script.items()}, seconds=0.0)
+    run.retry_after = math.nan  # litellm's mocked 429 carries no Retry-After header
+    result = _run(_router(**_ours(keys, script), litellm_version=release), run)
+    env.run()
+    assert env.sleeps == pytest.approx(sleeps)
+    assert [p for _, p, _ in run.log] == called
+    assert result == [answered is not None]
+    if answered is not None:
+        assert run.log[-1][1] == answered

@@ -299,12 +299,16 @@ class DraftPolicy(PolicyBase):
 
 
 class RouterPolicy(PolicyBase):
-    """LiteLLM's Router (litellm 1.80.0 `Router`): a step's model is a model group; each call
+    """LiteLLM's Router (litellm 1.110.2 or 1.80.0): a step's model is a model group; each call
     goes to a deployment the routing strategy picks among those not cooling down; the router is
     the only retry loop (`num_retries`), then `fallbacks` to other groups; a deployment past its
     allowed fails cools down for every request (`sim.policy.router`)."""
 
     kind: Literal["router"]
+    litellm_version: Literal["1.110", "1.80"] = Field(
+        default="1.110",
+        description="whose Router: 1.110 (1.110.2, observed) or 1.80 (1.80.0, read from source)",
+    )
     deployments: dict[Name, list[DeploymentSpec]] | None = Field(
         default=None,
         description="per model group (a model): its deployments in order; a group not given "

@@ -1,8 +1,8 @@
 """The `router` policy kind's parts: LiteLLM Router deployments, retry and allowed-fails policies.
 
 The `router` kind (`RouterPolicy` in `sim.model.config.policies`) runs a step as LiteLLM's
-Router does (litellm 1.80.0, `litellm/router.py`): its keys use LiteLLM's names where they exist
-(`num_retries`, `retry_policy`, `fallbacks`, `allowed_fails`, `cooldown_time_s`, ...). This module
+Router does (litellm 1.110.2 or 1.80.0, `litellm_version`): its keys use LiteLLM's names where
+they exist (`num_retries`, `retry_policy`, `fallbacks`, `allowed_fails`, ...). This module
 holds the pieces (a deployment, the per-exception retry and allowed-fails counts, the routing
 strategies) and the cross-reference checks on plain data (`router_problems`); executing it is
 `sim.policy.router`'s job. Defaults are LiteLLM's (`litellm/constants.py`).
