@@ -3,7 +3,7 @@
 the two logs, replay the run's own arrivals in tailsim with that overhead and the SDK preset,
 and print real vs simulated with 95% block-bootstrap intervals.
 
-    python -m experiments.real_client            # about 7 minutes; results/real_client/<time>/
+    python -m experiments.real_client            # about 8 minutes; results/real_client/<time>/
 
 Needs the optional extra: pip install -e ".[real]".
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import subprocess
 import sys
@@ -200,11 +201,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run every (client, load), print and save the table."""
     args = parse(argv)
+    clients = args.clients.split(",")
+    wanted = set(args.loads.split(","))
+    names = {load.name for load in LOADS}
+    if not set(clients) <= {"openai", "litellm"} or not wanted <= names:
+        print(f"error: --clients from openai, litellm; --loads from {', '.join(sorted(names))}")
+        return 2
+    needed = ["openai", "aiohttp"] + (["litellm"] if "litellm" in clients else [])
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"error: not installed: {', '.join(missing)}; run pip install -e '.[real]'")
+        return 2
     out = Path(args.out or f"results/real_client/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     setup = scen.Setup()
-    wanted = set(args.loads.split(","))
     tables, infos = [], []
-    for client in args.clients.split(","):
+    for client in clients:
         for load in LOADS:
             if load.name not in wanted or (client == "litellm" and load.tpm is None):
                 continue
@@ -212,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             table, info = one_run(client, load, setup, args, out / f"{client}-{load.name}")
             tables.append(table)
             infos.append(info)
+    if not tables:
+        print("error: nothing to run (LiteLLM runs only at the quota load)")
+        return 2
     table = pd.concat(tables, ignore_index=True)
     table.to_csv(out / "comparison.csv", index=False)
     pd.DataFrame(infos).to_csv(out / "overhead.csv", index=False)
