@@ -21,6 +21,7 @@ from rich.table import Table
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import default_scenario_path, load_scenario
+from sim.model.words import percent, percent_interval
 from sim.study.executors import EXECUTORS
 
 EXIT_BAD_INPUT = 2
@@ -168,9 +169,9 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
     for row in summary.to_dict("records"):
         table.add_row(
             str(row["policy"]),
-            f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]",
-            *([f"{row['valid_hit_rate']:.1%}"] if valid else []),
-            f"{row['customer_success_rate']:.1%}",
+            percent_interval(row["hit_rate"], row["hit_rate_lo"], row["hit_rate_hi"]),
+            *([percent(row["valid_hit_rate"])] if valid else []),
+            percent(row["customer_success_rate"]),
             num(row["p50_s"], 1),
             num(row["p95_s"], 1),
             num(row["p99_s"], 1),

@@ -41,7 +41,7 @@ from sim.engine.choice import ENGINES
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import with_overrides
-from sim.model.words import plural
+from sim.model.words import percent_interval, plural
 from sim.output.store import SweepStore, default_sweep_folder
 from sim.study.executors import EXECUTORS, Executor, WorkersLostError
 from sim.study.points import SweepPoint
@@ -278,7 +278,7 @@ def sweep_table(aggregate: pd.DataFrame, keys: list[str]) -> Table:
         table.add_row(
             *[str(row[k]) for k in keys],
             str(row["policy"]),
-            f"{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]"
+            percent_interval(row["hit_rate"], row["hit_rate_lo"], row["hit_rate_hi"])
             + ("*" if row.get("hit_rate_ci") == "wilson+spread" else ""),
             num(row["p95_s"], 1),
             num(row["cost_per_request_usd"], 4),

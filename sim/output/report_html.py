@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.analysis.reading import read_policies, read_sweep
-from sim.model.words import plural
+from sim.model.words import percent_interval, plural
 from sim.output.plots import folder_figures, png_bytes
 from sim.output.store import write_atomic
 
@@ -142,7 +142,7 @@ def comparison_table(summary: pd.DataFrame, keys: list[str]) -> str:
     for row in summary.to_dict("records"):
         cells = [f'<td class="l">{html.escape(str(row[k]))}</td>' for k in [*keys, "policy"]]
         cells.append(
-            f"<td>{row['hit_rate']:.1%} [{row['hit_rate_lo']:.1%}, {row['hit_rate_hi']:.1%}]</td>"
+            f"<td>{percent_interval(row['hit_rate'], row['hit_rate_lo'], row['hit_rate_hi'])}</td>"
         )
         for column, _h, fmt in RUN_COLUMNS:
             if column in summary:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import sim
 from sim.cli import main
 from sim.model.errors import ScenarioError
-from sim.model.words import plural
+from sim.model.words import percent, plural
 
 ScenarioFile = Callable[..., Path]
 #: The repository (tests/unit/ is two folders down).
@@ -98,3 +98,19 @@ def test_every_relative_link_in_the_docs_resolves() -> None:
             if "://" not in target and not (doc.parent / target).exists():
                 broken.append(f"{doc.name}: {target}")
     assert broken == []
+
+
+@pytest.mark.parametrize(
+    ("share", "text"),
+    [
+        (0.5, "50.0%"),
+        (0.99993, "99.99%"),  # a rare miss is never rounded away to 100.0%
+        (0.999996, "99.9996%"),
+        (1.0, "100.0%"),
+        (0.00004, "0.004%"),  # nor a rare hit to 0.0%
+        (0.0, "0.0%"),
+        (float("nan"), "n/a"),
+    ],
+)
+def test_a_share_short_of_one_never_prints_as_100_percent(share: float, text: str) -> None:
+    assert percent(share) == text
