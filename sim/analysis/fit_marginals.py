@@ -30,6 +30,9 @@ _T, _W = np.polynomial.legendre.leggauss(NODES)
 _T, _W = (_T + 1) / 2, _W / 2
 _LOG_W = np.log(_W)
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+#: The stall mixture is fitted on at most this many calls of a group (a seeded random sample;
+#: its standard errors are the sample's): peak memory ~300 MB whatever the log's size.
+MAX_MIXTURE_CALLS = 200_000
 #: Speed carried by a total-time fit: generation takes no time (the total is in `ttft_s`).
 NO_GENERATION_TOKENS_PER_S = 1e9
 
@@ -172,10 +175,16 @@ def _start(g: np.ndarray, log_n: np.ndarray) -> np.ndarray:
 
 
 def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
-    """MLE of speed and stall from generation times `g` of calls of `tokens` output tokens;
-    the stall is kept only where BIC prefers it to the lognormal alone (stated in `evidence`)."""
+    """MLE of speed and stall from generation times `g` of calls of `tokens` output tokens
+    (at most `MAX_MIXTURE_CALLS` of them, sampled); the stall is kept only where BIC prefers it
+    to the lognormal alone (stated in `evidence`)."""
     g = np.asarray(g, dtype=float)
     log_n = np.log(np.asarray(tokens, dtype=float))
+    sampled = ""
+    if len(g) > MAX_MIXTURE_CALLS:
+        keep = np.sort(np.random.default_rng(len(g)).choice(len(g), MAX_MIXTURE_CALLS, False))
+        sampled = f" (on {MAX_MIXTURE_CALLS:,} of {len(g):,} calls, sampled)"
+        g, log_n = g[keep], log_n[keep]
     n = len(g)
     plain = fit_lognormal(np.exp(log_n) / g)
     ll_plain = float(np.sum(_log_pdf_lognormal(g, log_n - plain.mu, plain.sigma)))
@@ -205,7 +214,7 @@ def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
     gain = 2 * (ll - ll_plain)
     penalty = 3 * math.log(n)
     supported = gain > penalty
-    evidence = f"2*dlogL {gain:.1f} vs BIC penalty 3*ln(n) {penalty:.1f}"
+    evidence = f"2*dlogL {gain:.1f} vs BIC penalty 3*ln(n) {penalty:.1f}{sampled}"
     if not supported:
         return StallMixture(plain, 0.0, 0.0, None, ll_plain, ll_plain, evidence, False)
     _, scores = mixture_loglik(theta, g, log_n, scores=True)
