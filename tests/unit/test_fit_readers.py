@@ -291,3 +291,29 @@ def test_fit_places_spells_and_fits_the_serving_outside_them(tmp_path: Path) -> 
     report = pd.read_csv(tmp_path / "fitted.report.csv")
     assert report.loc[0, "p50_fit_s"] == pytest.approx(0.5 + 300 / 60, rel=0.04)
     assert "episodes" in report.loc[0, "extras"]
+
+
+def test_by_groups_and_rejects_unknown_columns(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    rows = [
+        {"provider": provider, "model": "m", "latency_s": float(x)}
+        for provider, scale in (("a", 1.0), ("b", 3.0))
+        for x in np.exp(np.log(scale) + 0.3 * rng.standard_normal(200))
+    ]
+    path = tmp_path / "two.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = tmp_path / "f.yaml"
+    result = CliRunner().invoke(main, ["fit", str(path), "--no-extras", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    fitted = yaml.safe_load(out.read_text())
+    assert set(fitted["providers"]) == {"a", "b"}
+    medians = [fitted["providers"][p]["serves"]["m"]["ttft_s"]["median"] for p in ("a", "b")]
+    assert medians[1] / medians[0] == pytest.approx(3.0, rel=0.1)  # SE of each ~2%
+    result = CliRunner().invoke(
+        main, ["fit", str(path), "--no-extras", "--by", "model", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert set(yaml.safe_load(out.read_text())["providers"]) == {"all"}
+    result = CliRunner().invoke(main, ["fit", str(path), "--by", "region"])
+    assert result.exit_code == 2
+    assert "unknown column" in result.output
