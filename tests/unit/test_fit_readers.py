@@ -317,3 +317,24 @@ def test_by_groups_and_rejects_unknown_columns(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["fit", str(path), "--by", "region"])
     assert result.exit_code == 2
     assert "unknown column" in result.output
+
+
+def test_typed_parquet_columns(tmp_path: Path) -> None:
+    """Parquet with real types: datetimes to epoch seconds, integers and floats as numbers."""
+    frame = pd.DataFrame(
+        {
+            "timestamp": [pd.Timestamp("2026-01-01"), pd.Timestamp("2026-01-01 00:00:02.500")],
+            "latency_s": [1.25, 2.0],
+            "output_tokens": np.array([10, 20], dtype="int64"),
+            "http_status": np.array([200, 429], dtype="int32"),
+            "provider": ["p", "p"],
+        }
+    )
+    path = tmp_path / "typed.parquet"
+    frame.to_parquet(path)
+    calls, report = read_call_logs([path])
+    assert report[str(path)].total == 0
+    assert calls["start_s"].diff().iloc[1] == pytest.approx(2.5)
+    assert calls["start_s"].iloc[0] == pytest.approx(pd.Timestamp("2026-01-01").timestamp())
+    assert list(calls["status"]) == ["ok", "rate_limited"]
+    assert list(calls["output_tokens"]) == [10.0, 20.0]
