@@ -22,7 +22,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, logsumexp, ndtr, ndtri
 from threadpoolctl import threadpool_limits
 
-from sim.model.latency import Z99, LogNormal
+from sim.model.latency import Z99, Empirical, LogNormal
 
 #: Gauss-Legendre nodes over generation's quantile for the stall convolution.
 NODES = 32
@@ -307,7 +307,7 @@ class MarginalFit:
 
     provider: str
     model: str
-    mode: str  # "first_token" (ttft column used) or "total_time"
+    mode: str  # "first_token" (ttft column used), "total_time" or "empirical" (the calls replayed)
     counts: dict[str, int]
     ttft: LogNormalFit  # total-time mode: the total's body
     stall: StallMixture
@@ -317,15 +317,19 @@ class MarginalFit:
     se_invalid_rate: float
     output_tokens: LogNormalFit | None
     notes: list[str] = field(default_factory=list)
+    samples: np.ndarray | None = field(default=None, repr=False)  # empirical: ok calls' latency
 
     @property
     def n(self) -> int:
         """Calls used (every status)."""
         return sum(self.counts.values())
 
-    def serving_block(self) -> dict[str, Any]:
-        """The `providers.P.serves.M` block a scenario takes as is."""
+    def serving_block(self, sample_file: str = "samples.csv") -> dict[str, Any]:
+        """The `providers.P.serves.M` block a scenario takes as is (`sample_file`: where an
+        empirical fit's latencies are written, column `latency_s`)."""
         block: dict[str, Any] = {"ttft_s": self.ttft.block()}
+        if self.mode == "empirical":
+            block["ttft_s"] = {"dist": "empirical", "file": sample_file, "column": "latency_s"}
         if self.mode == "first_token":
             block["tokens_per_s"] = self.stall.speed.block()
         else:
@@ -355,7 +359,9 @@ class MarginalFit:
 
     def standard_errors(self) -> dict[str, Any]:
         """The serving block's keys -> standard errors."""
-        ses: dict[str, Any] = {"ttft_s": self.ttft.standard_errors()}
+        ses: dict[str, Any] = {}
+        if self.mode != "empirical":
+            ses["ttft_s"] = self.ttft.standard_errors()
         if self.mode == "first_token":
             ses["tokens_per_s"] = self.stall.speed.standard_errors()
         if self.stall.supported and self.stall.extra is not None:
@@ -372,6 +378,8 @@ class MarginalFit:
     ) -> np.ndarray:
         """`size` uncontended successful-call latencies from the fitted law (tokens: the output
         lengths to use, resampled; default: drawn from the fitted length distribution)."""
+        if self.mode == "empirical" and self.samples is not None:
+            return Empirical(self.samples).from_uniform(rng.random(size))
         ttft = np.exp(self.ttft.mu + self.ttft.sigma * rng.standard_normal(size))
         if self.mode == "first_token":
             if tokens is not None and len(tokens):
