@@ -22,7 +22,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, logsumexp, ndtr, ndtri
 from threadpoolctl import threadpool_limits
 
-from sim.model.latency import Z99
+from sim.model.latency import Z99, Empirical, LogNormal
 
 #: Gauss-Legendre nodes over generation's quantile for the stall convolution.
 NODES = 32
@@ -30,6 +30,9 @@ _T, _W = np.polynomial.legendre.leggauss(NODES)
 _T, _W = (_T + 1) / 2, _W / 2
 _LOG_W = np.log(_W)
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+#: The stall mixture is fitted on at most this many calls of a group (a seeded random sample;
+#: its standard errors are the sample's): peak memory ~300 MB whatever the log's size.
+MAX_MIXTURE_CALLS = 200_000
 #: Speed carried by a total-time fit: generation takes no time (the total is in `ttft_s`).
 NO_GENERATION_TOKENS_PER_S = 1e9
 
@@ -42,32 +45,46 @@ class LogNormalFit:
     sigma: float
     cov: tuple[tuple[float, float], tuple[float, float]]  # of (mu, log sigma)
     n: int
+    upper: float = math.inf  # truncated above here (the scenario's `max`); inf: no ceiling
+    se_upper: float = 0.0
 
     @property
     def median(self) -> float:
+        """The untruncated law's median (the scenario's `median`)."""
         return math.exp(self.mu)
 
     @property
     def p99(self) -> float:
+        """The untruncated law's p99 (the scenario's `p99`)."""
         return math.exp(self.mu + Z99 * self.sigma)
 
     def quantile(self, q: float) -> float:
-        """The fitted q-quantile."""
-        return math.exp(self.mu + float(ndtri(q)) * self.sigma)
+        """The fitted q-quantile (of the truncated law where there is a ceiling)."""
+        return float(self.from_uniform(np.asarray([q]))[0])
+
+    def from_uniform(self, u: np.ndarray) -> np.ndarray:
+        """Inverse CDF, as `sim.model.latency.LogNormal` draws (u * F(upper) when truncated)."""
+        return LogNormal(self.mu, self.sigma, self.upper).from_uniform(u)
 
     def se_quantile(self, q: float) -> float:
-        """Standard error of the q-quantile (delta method on mu and log sigma)."""
+        """Standard error of the untruncated q-quantile (delta method on mu and log sigma)."""
         z = float(ndtri(q))
-        grad = np.array([1.0, z * self.sigma]) * self.quantile(q)
+        grad = np.array([1.0, z * self.sigma]) * math.exp(self.mu + z * self.sigma)
         return float(math.sqrt(max(0.0, grad @ np.asarray(self.cov) @ grad)))
 
     def block(self) -> dict[str, float]:
-        """The scenario's `{median, p99}`."""
-        return {"median": _round(self.median), "p99": _round(self.p99)}
+        """The scenario's `{median, p99}` (and `max` where truncated)."""
+        block = {"median": _round(self.median), "p99": _round(self.p99)}
+        if math.isfinite(self.upper):
+            block["max"] = _round(self.upper)
+        return block
 
     def standard_errors(self) -> dict[str, float]:
-        """SE of median and p99, same keys as `block`."""
-        return {"median": _round(self.se_quantile(0.5)), "p99": _round(self.se_quantile(0.99))}
+        """SE of median and p99 (of the untruncated law, as in `block`), and of `max`."""
+        ses = {"median": _round(self.se_quantile(0.5)), "p99": _round(self.se_quantile(0.99))}
+        if math.isfinite(self.upper):
+            ses["max"] = _round(self.se_upper)
+        return ses
 
 
 def _round(x: float) -> float:
@@ -82,6 +99,61 @@ def fit_lognormal(values: np.ndarray) -> LogNormalFit:
     sigma = max(float(logs.std()), 1e-9)
     var_mu, var_log_sigma = sigma**2 / n, 1 / (2 * n)
     return LogNormalFit(float(logs.mean()), sigma, ((var_mu, 0.0), (0.0, var_log_sigma)), n)
+
+
+@dataclass(frozen=True)
+class TruncatedFit:
+    """A lognormal truncated above, fitted to positive values, and its log-likelihood."""
+
+    law: LogNormalFit
+    loglik: float
+
+
+def truncated_loglik(logs: np.ndarray, mu: float, sigma: float, upper: float) -> float:
+    """Log-likelihood of values (given by their logs, all <= upper) under LN(mu, sigma)
+    truncated above at `upper`."""
+    z = (logs - mu) / sigma
+    plain = -logs - math.log(sigma) - _HALF_LOG_2PI - 0.5 * z * z
+    top = float(ndtr((math.log(upper) - mu) / sigma))
+    return float(np.sum(plain) - len(logs) * math.log(max(top, 1e-300)))
+
+
+def fit_truncated_lognormal(values: np.ndarray) -> TruncatedFit:
+    """MLE of a lognormal truncated above. The ceiling's MLE is the sample maximum, biased low
+    by about one spacing; it is set to max + (max - second max) (the usual first-order
+    correction for an endpoint where the density is positive), then (mu, sigma) maximise the
+    truncated likelihood; their covariance is the inverse of the observed information
+    (numerical Hessian in (mu, log sigma)). The ceiling's SE is 1 / (n f(max)), f the fitted
+    density there: the max falls short of the ceiling by about an Exp of that mean."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    gap = float(x[-1] - x[-2])
+    upper = float(x[-1] + gap)
+    logs = np.log(x)
+    plain = fit_lognormal(x)
+
+    def objective(theta: np.ndarray) -> float:
+        return -truncated_loglik(logs, float(theta[0]), math.exp(float(theta[1])), upper)
+
+    start = np.array([plain.mu, math.log(plain.sigma)])
+    best = minimize(objective, start, method="Nelder-Mead", options={"xatol": 1e-8, "fatol": 1e-10})
+    theta = best.x
+    h = 1e-4
+    hess = np.empty((2, 2))
+    for i in range(2):
+        for j in range(2):
+            e_i, e_j = np.eye(2)[i] * h, np.eye(2)[j] * h
+            hess[i, j] = (
+                objective(theta + e_i + e_j)
+                - objective(theta + e_i - e_j)
+                - objective(theta - e_i + e_j)
+                + objective(theta - e_i - e_j)
+            ) / (4 * h * h)
+    cov = np.linalg.pinv(hess)
+    mu, sigma = float(theta[0]), math.exp(float(theta[1]))
+    log_f = truncated_loglik(np.log([upper]), mu, sigma, upper)
+    law = LogNormalFit(mu, sigma, _cov2(cov, 0, 1), n, upper, 1 / (n * math.exp(log_f)))
+    return TruncatedFit(law, -float(best.fun))
 
 
 @dataclass(frozen=True)
@@ -172,10 +244,16 @@ def _start(g: np.ndarray, log_n: np.ndarray) -> np.ndarray:
 
 
 def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
-    """MLE of speed and stall from generation times `g` of calls of `tokens` output tokens;
-    the stall is kept only where BIC prefers it to the lognormal alone (stated in `evidence`)."""
+    """MLE of speed and stall from generation times `g` of calls of `tokens` output tokens
+    (at most `MAX_MIXTURE_CALLS` of them, sampled); the stall is kept only where BIC prefers it
+    to the lognormal alone (stated in `evidence`)."""
     g = np.asarray(g, dtype=float)
     log_n = np.log(np.asarray(tokens, dtype=float))
+    sampled = ""
+    if len(g) > MAX_MIXTURE_CALLS:
+        keep = np.sort(np.random.default_rng(len(g)).choice(len(g), MAX_MIXTURE_CALLS, False))
+        sampled = f" (on {MAX_MIXTURE_CALLS:,} of {len(g):,} calls, sampled)"
+        g, log_n = g[keep], log_n[keep]
     n = len(g)
     plain = fit_lognormal(np.exp(log_n) / g)
     ll_plain = float(np.sum(_log_pdf_lognormal(g, log_n - plain.mu, plain.sigma)))
@@ -205,7 +283,7 @@ def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
     gain = 2 * (ll - ll_plain)
     penalty = 3 * math.log(n)
     supported = gain > penalty
-    evidence = f"2*dlogL {gain:.1f} vs BIC penalty 3*ln(n) {penalty:.1f}"
+    evidence = f"2*dlogL {gain:.1f} vs BIC penalty 3*ln(n) {penalty:.1f}{sampled}"
     if not supported:
         return StallMixture(plain, 0.0, 0.0, None, ll_plain, ll_plain, evidence, False)
     _, scores = mixture_loglik(theta, g, log_n, scores=True)
@@ -229,7 +307,7 @@ class MarginalFit:
 
     provider: str
     model: str
-    mode: str  # "first_token" (ttft column used) or "total_time"
+    mode: str  # "first_token" (ttft column used), "total_time" or "empirical" (the calls replayed)
     counts: dict[str, int]
     ttft: LogNormalFit  # total-time mode: the total's body
     stall: StallMixture
@@ -239,15 +317,19 @@ class MarginalFit:
     se_invalid_rate: float
     output_tokens: LogNormalFit | None
     notes: list[str] = field(default_factory=list)
+    samples: np.ndarray | None = field(default=None, repr=False)  # empirical: ok calls' latency
 
     @property
     def n(self) -> int:
         """Calls used (every status)."""
         return sum(self.counts.values())
 
-    def serving_block(self) -> dict[str, Any]:
-        """The `providers.P.serves.M` block a scenario takes as is."""
+    def serving_block(self, sample_file: str = "samples.csv") -> dict[str, Any]:
+        """The `providers.P.serves.M` block a scenario takes as is (`sample_file`: where an
+        empirical fit's latencies are written, column `latency_s`)."""
         block: dict[str, Any] = {"ttft_s": self.ttft.block()}
+        if self.mode == "empirical":
+            block["ttft_s"] = {"dist": "empirical", "file": sample_file, "column": "latency_s"}
         if self.mode == "first_token":
             block["tokens_per_s"] = self.stall.speed.block()
         else:
@@ -277,7 +359,9 @@ class MarginalFit:
 
     def standard_errors(self) -> dict[str, Any]:
         """The serving block's keys -> standard errors."""
-        ses: dict[str, Any] = {"ttft_s": self.ttft.standard_errors()}
+        ses: dict[str, Any] = {}
+        if self.mode != "empirical":
+            ses["ttft_s"] = self.ttft.standard_errors()
         if self.mode == "first_token":
             ses["tokens_per_s"] = self.stall.speed.standard_errors()
         if self.stall.supported and self.stall.extra is not None:
@@ -294,6 +378,8 @@ class MarginalFit:
     ) -> np.ndarray:
         """`size` uncontended successful-call latencies from the fitted law (tokens: the output
         lengths to use, resampled; default: drawn from the fitted length distribution)."""
+        if self.mode == "empirical" and self.samples is not None:
+            return Empirical(self.samples).from_uniform(rng.random(size))
         ttft = np.exp(self.ttft.mu + self.ttft.sigma * rng.standard_normal(size))
         if self.mode == "first_token":
             if tokens is not None and len(tokens):
@@ -312,6 +398,8 @@ class MarginalFit:
                 n = np.ones(size)
             speed = np.exp(self.stall.speed.mu + self.stall.speed.sigma * rng.standard_normal(size))
             body = ttft + n / speed
+        elif math.isfinite(self.ttft.upper):
+            body = self.ttft.from_uniform(rng.random(size))
         else:
             body = np.exp(-self.stall.speed.mu + self.stall.speed.sigma * rng.standard_normal(size))
         stalled = rng.random(size) < self.stall.probability
@@ -319,6 +407,37 @@ class MarginalFit:
             extra = np.exp(self.stall.extra.mu + self.stall.extra.sigma * rng.standard_normal(size))
             body = body + np.where(stalled, extra, 0.0)
         return body
+
+
+def _bounded(
+    times: np.ndarray, stall: StallMixture
+) -> tuple[LogNormalFit, StallMixture, str] | None:
+    """The truncated lognormal of total time where BIC prefers it to the untruncated model
+    fitted (lognormal, 2 parameters, or lognormal + stall, 5): (law, a no-stall mixture, the
+    note stating the test); None where it is not preferred or there are under 20 calls."""
+    n = len(times)
+    if n < 20 or len(np.unique(times)) < 2:
+        return None
+    cut = fit_truncated_lognormal(times)
+    k_other = 5 if stall.supported else 2
+    ll_other = stall.loglik if stall.supported else stall.loglik_no_stall
+    bic_cut = -2 * cut.loglik + 3 * math.log(n)
+    bic_other = -2 * ll_other + k_other * math.log(n)
+    other = "lognormal + stall" if stall.supported else "lognormal"
+    evidence = (
+        f"truncated lognormal BIC {bic_cut:.1f} (3 parameters) vs {other} {bic_other:.1f} "
+        f"({k_other})"
+    )
+    if not bic_cut < bic_other:
+        return None
+    law = cut.law
+    speed = LogNormalFit(-law.mu, law.sigma, law.cov, n)
+    none = StallMixture(speed, 0.0, 0.0, None, cut.loglik, cut.loglik, evidence, False)
+    note = (
+        f"bounded tail: total time fitted as a lognormal truncated at max {law.upper:.4g} s "
+        f"(sample max + its last spacing, SE {law.se_upper:.2g} s); {evidence}"
+    )
+    return law, none, note
 
 
 def _rate(k: int, n: int) -> tuple[float, float]:
@@ -374,6 +493,10 @@ def fit_group(
         body = stall.speed  # 1 / time with one token: the body's time is LN(-mu, sigma)
         (a, b), (_, d) = body.cov
         ttft_fit = LogNormalFit(-body.mu, body.sigma, ((a, -b), (-b, d)), body.n)
+        bounded = _bounded(positive, stall)
+        if bounded is not None:
+            ttft_fit, stall, note = bounded
+            notes.append(note)
     return MarginalFit(
         provider,
         model,

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
-from scipy.stats import ks_2samp
+from scipy.stats import ks_2samp, kstwo
 
 from sim.analysis.fit_extras import ExtraFit, nan_free
 from sim.analysis.fit_marginals import MarginalFit, fit_group
@@ -30,6 +30,9 @@ MODES = ("auto", "first_token", "total_time")
 #: `auto` fits total time instead of first token + generation only when its misfit is below
 #: this share of the other's (first token kept when both fit alike: `ttft_cutoff` needs it).
 SWITCH = 2 / 3
+#: A parametric fit whose KS test rejects it at this level is replaced by the calls themselves
+#: (`dist: empirical`, the latencies written beside the fitted file).
+EMPIRICAL_BELOW_P = 0.01
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,34 @@ def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int
             "generation (KS + largest |log ratio| of p50/p95/p99; a generation time the "
             "lognormal speed cannot carry, e.g. answers buffered then sent at once)"
         )
-    return best
+    return _empirical_if_rejected(best, seed)
+
+
+def ks_p_value(g: GroupFit) -> float:
+    """p-value of the one-sample KS test of the group's ok calls against its fitted law (the
+    law's CDF read from its `MODEL_DRAWS` draws; the fit's own estimation is not corrected
+    for, so the test is lenient: a rejection is a clear misfit)."""
+    return float(kstwo.sf(g.ks, len(g.observed))) if len(g.observed) else 1.0
+
+
+def _empirical_if_rejected(g: GroupFit, seed: int) -> GroupFit:
+    """The group's calls replayed as they are (`dist: empirical`) where KS rejects the
+    parametric fit at `EMPIRICAL_BELOW_P`; the fit itself otherwise."""
+    p = ks_p_value(g)
+    if p >= EMPIRICAL_BELOW_P or len(g.observed) < 2:
+        return g
+    f = g.fit
+    note = (
+        f"empirical: the {f.mode} fit fails KS at {EMPIRICAL_BELOW_P:.0%} (D {g.ks:.3f}, "
+        f"p {p:.2g}, n {len(g.observed)}): the ok calls' latencies are replayed as they are "
+        "(no tail beyond the largest call, output size ignored)"
+    )
+    stall = replace(f.stall, supported=False, probability=0.0, se_probability=0.0, extra=None)
+    fit = replace(
+        f, mode="empirical", stall=stall, samples=np.sort(g.observed), notes=[*f.notes, note]
+    )
+    draws = _draws(fit, g.tokens, seed)
+    return GroupFit(fit, g.observed, g.tokens, draws, float(ks_2samp(g.observed, draws).statistic))
 
 
 def fit_calls(
@@ -282,20 +312,41 @@ def _rounded(block: dict[str, Any]) -> dict[str, Any]:
     return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in block.items()}
 
 
-def fitted_document(fits: list[GroupFit]) -> dict[str, Any]:
-    """`{models: {...}, providers: {...}}`: every group's serving block under its provider."""
+def sample_file(g: GroupFit, stem: str = "fitted") -> str:
+    """The name of the CSV an empirical group's latencies are written to, beside the fitted
+    file `STEM.yaml`: `STEM.PROVIDER.MODEL.csv`."""
+    return f"{stem}.{yaml_name(g.fit.provider)}.{yaml_name(g.fit.model)}.csv"
+
+
+def sample_files(fits: list[GroupFit], stem: str = "fitted") -> dict[str, str]:
+    """File name -> CSV text (column `latency_s`, s) of every empirical group."""
+    return {
+        sample_file(g, stem): pd.DataFrame({"latency_s": g.fit.samples}).to_csv(
+            index=False, float_format="%.6g"
+        )
+        for g in fits
+        if g.fit.mode == "empirical" and g.fit.samples is not None
+    }
+
+
+def fitted_document(fits: list[GroupFit], stem: str = "fitted") -> dict[str, Any]:
+    """`{models: {...}, providers: {...}}`: every group's serving block under its provider
+    (an empirical group's samples named as `sample_file` names them)."""
     models: dict[str, Any] = {}
     providers: dict[str, Any] = {}
     for g in fits:
         provider, model = yaml_name(g.fit.provider), yaml_name(g.fit.model)
         models.setdefault(model, {"price_per_mtok": {"input": 0.0, "output": 0.0}})
         serves = providers.setdefault(provider, {"serves": {}})["serves"]
-        serves[model] = g.fit.serving_block()
+        serves[model] = g.fit.serving_block(sample_file(g, stem))
     return {"models": models, "providers": providers}
 
 
 def fitted_yaml(
-    fits: list[GroupFit], sources: list[str], extras: list[ExtraFit] | None = None
+    fits: list[GroupFit],
+    sources: list[str],
+    extras: list[ExtraFit] | None = None,
+    stem: str = "fitted",
 ) -> str:
     """The fitted file's text: a header (sources, method, standard errors, each group's output
     length for its steps) and the YAML of `fitted_document`."""
@@ -315,7 +366,12 @@ def fitted_yaml(
             f"steps: output_tokens: {out}"
         )
         lines += [f"#     note: {note}" for note in f.notes]
-    document = fitted_document(fits)
+    document = fitted_document(fits, stem)
+    if any(g.fit.mode == "empirical" for g in fits):
+        lines.append(
+            f"# Empirical groups replay their calls from {stem}.PROVIDER.MODEL.csv beside this "
+            "file (written by `tailsim fit --out`)."
+        )
     if extras:
         lines.append("# Extras (each placed only where the data support it, test stated):")
         lines += [f"#   {line}" for line in place_extras(document, extras)]

@@ -129,8 +129,10 @@ def _numbers(values: pd.Series, name: str) -> tuple[pd.Series, pd.Series]:
     if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
         return values.astype("float64"), pd.Series(False, index=values.index)
     if pd.api.types.is_datetime64_any_dtype(values):
-        seconds = values.astype("int64") / 1e9
-        return seconds.where(values.notna()), pd.Series(False, index=values.index)
+        if values.dt.tz is not None:
+            values = values.dt.tz_convert(None)
+        seconds = (values - pd.Timestamp(0)).dt.total_seconds()  # any unit (s, ms, us, ns)
+        return seconds.astype("float64"), pd.Series(False, index=values.index)
     text = values.astype("string").str.strip()
     numbers = pd.to_numeric(text, errors="coerce")
     if name in ("start_s", "end_s"):

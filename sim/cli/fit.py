@@ -24,6 +24,7 @@ from sim.analysis.fit_report import (
     fitted_yaml,
     refit_outside_spells,
     report_table,
+    sample_files,
 )
 from sim.analysis.log_readers import parse_columns, read_call_logs
 from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, out
@@ -152,7 +153,8 @@ def fit(
             fits = refit_outside_spells(known, fits, found, groups, mode, seed)
         table = report_table(fits, extras_summary(fits, found) if extras else None)
         buckets = bucket_table(fits)
-        text = fitted_yaml(fits, [str(t) for t in traces], found)
+        stem_name = out_file.stem if out_file is not None else "fitted"
+        text = fitted_yaml(fits, [str(t) for t in traces], found, stem_name)
         if not quiet:
             out.print(_table(table))
         if out_file is None:
@@ -165,6 +167,7 @@ def fit(
             out_file: text,
             stem.with_suffix(".report.csv"): table.to_csv(index=False, float_format="%.6g"),
             stem.with_suffix(".buckets.csv"): buckets.to_csv(index=False, float_format="%.6g"),
+            **{out_file.with_name(n): t for n, t in sample_files(fits, stem_name).items()},
         }
         for path, content in written.items():
             temp = path.with_name(path.name + ".tmp")

@@ -80,7 +80,7 @@ KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
     ServingSpec: frozenset({"ttft_s", "tokens_per_s", "stall", "error_rate", "invalid_rate"}),
     StallSpec: frozenset({"probability", "extra_s"}),
     DistSpec: frozenset(
-        {"dist", "median", "p99", "mu", "sigma", "mean", "value", "file", "column"}
+        {"dist", "median", "p99", "mu", "sigma", "mean", "value", "file", "column", "max"}
     ),
     WorkflowSpec: frozenset({"steps"}),
     StepSpec: frozenset(

@@ -11,6 +11,8 @@ the policy's give-up. What cancels it and how it is billed is `sim.engine.vector
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.special import ndtri
 
@@ -194,7 +196,7 @@ class VectorDraws:
 def _transform(dist: Distribution, u: np.ndarray) -> np.ndarray:
     """`dist.from_uniform(u)` in a fresh array; a lognormal computed in place (the same
     operations, without their temporaries)."""
-    if type(dist) is LogNormal:
+    if type(dist) is LogNormal and math.isinf(dist.upper):
         z = ndtri(u)
         z *= dist.sigma
         z += dist.mu

@@ -62,32 +62,52 @@ class Distribution:
 
 @dataclass(frozen=True)
 class LogNormal(Distribution):
-    """exp(mu + sigma Z): the heavy-ish tail of LLM call times."""
+    """exp(mu + sigma Z): the heavy-ish tail of LLM call times; with a finite `upper`, that law
+    truncated above at `upper` (a log whose calls stop at a ceiling)."""
 
     mu: float
     sigma: float
+    upper: float = math.inf
 
     @classmethod
-    def from_median_p99(cls, median: float, p99: float) -> LogNormal:
-        """The lognormal with this median and 99th percentile."""
-        return cls(*lognormal_params(median, p99))
+    def from_median_p99(cls, median: float, p99: float, upper: float = math.inf) -> LogNormal:
+        """The lognormal with this median and 99th percentile (truncated at `upper`)."""
+        return cls(*lognormal_params(median, p99), upper)
+
+    @property
+    def top(self) -> float:
+        """F(upper) of the untruncated law: the share of it kept (1 without a ceiling)."""
+        if math.isinf(self.upper):
+            return 1.0
+        return float(ndtr((math.log(self.upper) - self.mu) / self.sigma))
 
     def from_uniform(self, u: np.ndarray) -> np.ndarray:
-        return np.exp(self.mu + self.sigma * ndtri(u))
+        if math.isinf(self.upper):
+            return np.exp(self.mu + self.sigma * ndtri(u))
+        # Inverse CDF of the truncated law on the same uniform: u' = u * F(upper).
+        return np.minimum(
+            np.exp(self.mu + self.sigma * ndtri(np.asarray(u) * self.top)), self.upper
+        )
 
     def cdf(self, t: np.ndarray | float) -> np.ndarray:
         t = np.asarray(t, dtype=float)
         with np.errstate(divide="ignore"):
             z = (np.log(np.maximum(t, 0.0)) - self.mu) / self.sigma
-        return ndtr(z)
+        if math.isinf(self.upper):
+            return ndtr(z)
+        return np.minimum(ndtr(z) / self.top, 1.0)
 
     @property
     def mean(self) -> float:
-        return math.exp(self.mu + self.sigma**2 / 2)
+        plain = math.exp(self.mu + self.sigma**2 / 2)
+        if math.isinf(self.upper):
+            return plain
+        z = (math.log(self.upper) - self.mu) / self.sigma
+        return plain * float(ndtr(z - self.sigma)) / self.top
 
     @property
     def median(self) -> float:
-        return math.exp(self.mu)
+        return math.exp(self.mu) if math.isinf(self.upper) else self.quantile(0.5)
 
 
 @dataclass(frozen=True)
@@ -152,8 +172,8 @@ def build_distribution(spec: DistSpec) -> Distribution:
     """The distribution a validated `DistSpec` describes."""
     if spec.dist == "lognormal":
         if spec.median is not None and spec.p99 is not None:
-            return LogNormal.from_median_p99(spec.median, spec.p99)
-        return LogNormal(float(spec.mu), float(spec.sigma))  # type: ignore[arg-type]
+            return LogNormal.from_median_p99(spec.median, spec.p99, spec.max or math.inf)
+        return LogNormal(float(spec.mu), float(spec.sigma), spec.max or math.inf)  # type: ignore[arg-type]
     if spec.dist == "exponential":
         return Exponential(float(spec.mean))  # type: ignore[arg-type]
     if spec.dist == "constant":

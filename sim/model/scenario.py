@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from collections.abc import Mapping
 from difflib import get_close_matches
@@ -92,6 +93,7 @@ def with_includes(data: dict[str, Any], source: str, folder: FilePath) -> dict[s
         included = parse_yaml(text, str(file))
         if "include" in included:
             raise ScenarioError(str(file), [("include", "an included file cannot include")])
+        _rebase_sample_files(included, file.parent, folder)
         for name, value in included.items():
             mine = data.get(name)
             if mine is None:
@@ -99,6 +101,26 @@ def with_includes(data: dict[str, Any], source: str, folder: FilePath) -> dict[s
             elif isinstance(mine, dict) and isinstance(value, dict):
                 data[name] = {**value, **mine}
     return data
+
+
+def _rebase_sample_files(data: dict[str, Any], where: FilePath, folder: FilePath) -> None:
+    """Make an included file's relative `file:` of empirical laws (under `providers`) relative
+    to the scenario, so they name files beside the included file (as `tailsim fit` writes)."""
+    providers = data.get("providers")
+    if not isinstance(providers, dict) or where.resolve() == folder.resolve():
+        return
+    for provider in providers.values():
+        serves = provider.get("serves") if isinstance(provider, dict) else None
+        for serving in serves.values() if isinstance(serves, dict) else ():
+            if not isinstance(serving, dict):
+                continue
+            stall = serving.get("stall")
+            laws = [serving.get("ttft_s"), serving.get("tokens_per_s")]
+            laws.append(stall.get("extra_s") if isinstance(stall, dict) else None)
+            for law in laws:
+                name = law.get("file") if isinstance(law, dict) else None
+                if isinstance(name, str) and not FilePath(name).is_absolute():
+                    law["file"] = os.path.relpath(where / name, folder)
 
 
 def scenario_from_dict(

@@ -9,13 +9,15 @@ beside the log's, with the log percentile's own 95% interval (order statistics),
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.stats import binom
 
-from sim.analysis.fit_report import GroupFit, fitted_document, yaml_name
+from sim.analysis.fit_report import GroupFit, fitted_document, sample_files, yaml_name
 from sim.model.scenario import scenario_from_dict
 from sim.study.runner import run as run_policies
 
@@ -62,7 +64,11 @@ def replay(
     """Per group and percentile: the log's value and interval, the simulated value, whether
     they agree within `tolerance` (relative) and whether the simulated value is inside the
     interval; plus the fitted law's own value (what the simulator should reproduce)."""
-    scenario = scenario_from_dict(replay_scenario(fits, seed), source="fit-replay")
+    with tempfile.TemporaryDirectory() as folder:  # empirical groups' samples, read at load
+        for name, text in sample_files(fits).items():
+            (Path(folder) / name).write_text(text, encoding="utf-8")
+        data = replay_scenario(fits, seed)
+        scenario = scenario_from_dict(data, source="fit-replay", base_dir=Path(folder))
     calls = run_policies(scenario, requests=requests, seed=seed).calls
     calls = calls[calls["outcome"] == "ok"]
     rows = []

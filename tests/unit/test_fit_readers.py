@@ -291,3 +291,50 @@ def test_fit_places_spells_and_fits_the_serving_outside_them(tmp_path: Path) -> 
     report = pd.read_csv(tmp_path / "fitted.report.csv")
     assert report.loc[0, "p50_fit_s"] == pytest.approx(0.5 + 300 / 60, rel=0.04)
     assert "episodes" in report.loc[0, "extras"]
+
+
+def test_by_groups_and_rejects_unknown_columns(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    rows = [
+        {"provider": provider, "model": "m", "latency_s": float(x)}
+        for provider, scale in (("a", 1.0), ("b", 3.0))
+        for x in np.exp(np.log(scale) + 0.3 * rng.standard_normal(200))
+    ]
+    path = tmp_path / "two.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = tmp_path / "f.yaml"
+    result = CliRunner().invoke(main, ["fit", str(path), "--no-extras", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    fitted = yaml.safe_load(out.read_text())
+    assert set(fitted["providers"]) == {"a", "b"}
+    medians = [fitted["providers"][p]["serves"]["m"]["ttft_s"]["median"] for p in ("a", "b")]
+    assert medians[1] / medians[0] == pytest.approx(3.0, rel=0.1)  # SE of each ~2%
+    result = CliRunner().invoke(
+        main, ["fit", str(path), "--no-extras", "--by", "model", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert set(yaml.safe_load(out.read_text())["providers"]) == {"all"}
+    result = CliRunner().invoke(main, ["fit", str(path), "--by", "region"])
+    assert result.exit_code == 2
+    assert "unknown column" in result.output
+
+
+def test_typed_parquet_columns(tmp_path: Path) -> None:
+    """Parquet with real types: datetimes to epoch seconds, integers and floats as numbers."""
+    frame = pd.DataFrame(
+        {
+            "timestamp": [pd.Timestamp("2026-01-01"), pd.Timestamp("2026-01-01 00:00:02.500")],
+            "latency_s": [1.25, 2.0],
+            "output_tokens": np.array([10, 20], dtype="int64"),
+            "http_status": np.array([200, 429], dtype="int32"),
+            "provider": ["p", "p"],
+        }
+    )
+    path = tmp_path / "typed.parquet"
+    frame.to_parquet(path)
+    calls, report = read_call_logs([path])
+    assert report[str(path)].total == 0
+    assert calls["start_s"].diff().iloc[1] == pytest.approx(2.5)
+    assert calls["start_s"].iloc[0] == pytest.approx(pd.Timestamp("2026-01-01").timestamp())
+    assert list(calls["status"]) == ["ok", "rate_limited"]
+    assert list(calls["output_tokens"]) == [10.0, 20.0]

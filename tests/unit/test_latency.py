@@ -161,6 +161,70 @@ def test_lognormal_sample_median_and_p99_within_se() -> None:
         assert abs(frac - q) < 4 * math.sqrt(q * (1 - q) / n)
 
 
+# ----------------------------------------------------------------------------- truncated LogNormal
+
+
+def _scipy_truncated(dist: LogNormal) -> stats.rv_continuous:
+    """scipy's lognormal truncated above at `dist.upper` (its log is a truncated normal)."""
+    b = (math.log(dist.upper) - dist.mu) / dist.sigma
+    return stats.truncnorm(-np.inf, b, loc=dist.mu, scale=dist.sigma)
+
+
+@pytest.mark.parametrize("upper", [1.2, 3.0, 8.0])
+def test_truncated_lognormal_matches_scipy_exactly(upper: float) -> None:
+    """Quantile, cdf and mean are scipy's truncated law's (log x ~ truncnorm(-inf, b))."""
+    dist = LogNormal.from_median_p99(1.0, 5.0, upper)
+    ref = _scipy_truncated(dist)
+    np.testing.assert_allclose(dist.from_uniform(GRID), np.exp(ref.ppf(GRID)), rtol=1e-9)
+    t = np.array([0.05, 0.5, 1.0, upper * 0.99, upper, upper * 2])
+    np.testing.assert_allclose(dist.cdf(t), ref.cdf(np.log(t)), rtol=1e-9, atol=1e-15)
+    mean = ref.expect(np.exp)
+    assert dist.mean == pytest.approx(mean, rel=1e-6)
+    assert dist.median == pytest.approx(math.exp(ref.ppf(0.5)), rel=1e-9)
+
+
+def test_truncated_lognormal_sample_quantiles_within_se_of_scipy() -> None:
+    """Seeded draws (inverse CDF on u * F(max)) have scipy's truncated quantiles: the share of
+    draws below scipy's q-quantile is Binomial(n, q)/n, SE sqrt(q(1-q)/n); allow 4 SE."""
+    dist = LogNormal.from_median_p99(1.0, 5.0, 4.0)
+    ref = _scipy_truncated(dist)
+    n = 50_000
+    x = dist.sample(np.random.default_rng(2026), n)
+    assert x.max() <= 4.0
+    for q in (0.5, 0.9, 0.95, 0.99):
+        frac = float(np.mean(x <= math.exp(ref.ppf(q))))
+        assert abs(frac - q) < 4 * math.sqrt(q * (1 - q) / n), q
+
+
+def test_truncation_keeps_common_random_numbers() -> None:
+    """Same uniform, same rank: the truncated draw is monotone in u, never above the plain
+    draw nor the ceiling, and a ceiling far out changes nothing visible."""
+    u = np.random.default_rng(5).random(10_000)
+    plain = LogNormal.from_median_p99(1.0, 5.0)
+    cut = LogNormal.from_median_p99(1.0, 5.0, 3.0)
+    a, b = plain.from_uniform(u), cut.from_uniform(u)
+    assert np.all(b <= a)
+    assert np.all(b <= 3.0)
+    order = np.argsort(u)
+    assert np.all(np.diff(b[order]) >= 0)
+    far = LogNormal.from_median_p99(1.0, 5.0, 1e6)
+    np.testing.assert_allclose(far.from_uniform(u), a, rtol=1e-12)
+    # no ceiling: the very same numbers as before `upper` existed
+    np.testing.assert_array_equal(a, np.exp(plain.mu + plain.sigma * stats.norm.ppf(u)))
+
+
+def test_dist_spec_max_builds_a_truncated_lognormal() -> None:
+    dist = build_distribution(DistSpec(median=1.0, p99=5.0, max=3.0))
+    assert isinstance(dist, LogNormal)
+    assert dist.upper == 3.0
+    assert build_distribution(DistSpec(median=1.0, p99=5.0)).upper == math.inf
+    assert build_distribution(DistSpec(dist="lognormal", mu=0.0, sigma=1.0, max=2.0)).upper == 2.0
+    with pytest.raises(ValueError, match="only a lognormal takes a max"):
+        DistSpec(dist="exponential", mean=1.0, max=3.0)
+    with pytest.raises(ValueError, match="greater than 0"):
+        DistSpec(median=1.0, p99=5.0, max=-1.0)
+
+
 # ----------------------------------------------------------------------------- build_distribution
 
 

@@ -498,3 +498,33 @@ def test_a_call_slot_few_requests_need_draws_only_their_rows_of_the_bank_block()
         few = engine._uniforms("s2", 1, np.asarray(rows))
         np.testing.assert_array_equal(few, bank.uniforms("s2", 1, 0)[rows])
     assert engine._uniforms("s2", 1, np.arange(0, n, 2)) is bank.uniforms("s2", 1, 0)
+
+
+@pytest.mark.parametrize("policy", ["wait", "race", "hedge_percentile"])
+def test_engines_agree_on_truncated_lognormals(policy: str) -> None:
+    """A `max` on first token, speed and stall (truncated lognormals) is drawn alike by both
+    engines (the vectorized one takes them as it takes a plain lognormal, not by fallback)."""
+    serving = tail_serving()
+    serving["ttft_s"] = {**serving["ttft_s"], "max": 1.5}
+    serving["tokens_per_s"] = {**serving["tokens_per_s"], "max": 120.0}
+    serving["stall"]["extra_s"] = {**serving["stall"]["extra_s"], "max": 9.0}
+    providers = {"p1": {"serves": {"big": serving, "small": tail_serving(0.3, 200.0)}}}
+    providers["p2"] = providers["p1"]
+    scenario = build(
+        [step("s1"), step("s2", "s1")],
+        POLICIES,
+        providers=providers,
+        deadline_s=10.0,
+        arrivals={"kind": "poisson", "rate_per_s": 2.0},
+    )
+    runtime = build_policy(
+        policy,
+        scenario.policies[policy],
+        scenario,
+        Workflow.from_scenario(scenario).steps,
+        resolve_thresholds(scenario, 0)[policy],
+    )
+    assert qualify.qualifies(scenario, runtime)[0]
+    calls = assert_same(scenario, policy)
+    first = calls[(calls["provider"] == "p1") & (calls["model"] == "big")]
+    assert len(first) > 50

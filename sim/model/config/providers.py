@@ -26,7 +26,8 @@ _DIST_PARAMETERS: dict[str, tuple[set[str], ...]] = {
 
 
 class DistSpec(Spec):
-    """A positive random quantity: `{median, p99}` lognormal by default, or an explicit `dist`."""
+    """A positive random quantity: `{median, p99}` lognormal by default (`max`: truncated above),
+    or an explicit `dist`."""
 
     dist: Literal["lognormal", "exponential", "constant", "empirical"] = "lognormal"
     median: PositiveFloat | None = None
@@ -39,11 +40,18 @@ class DistSpec(Spec):
         default=None, description="CSV file of samples, relative to the scenario"
     )
     column: str | None = Field(default=None, description="CSV column; default: the first")
+    max: PositiveFloat | None = Field(
+        default=None,
+        description="lognormal only: truncated above at this value (median and p99 stay the "
+        "untruncated law's); none = no ceiling",
+    )
 
     _samples: np.ndarray | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_parameters(self) -> DistSpec:
+        if self.max is not None and self.dist != "lognormal":
+            raise FieldError(("max",), f"only a lognormal takes a max, not dist '{self.dist}'")
         options = _DIST_PARAMETERS[self.dist]
         known = {key for sets in _DIST_PARAMETERS.values() for keys in sets for key in keys}
         given = {k for k in known if getattr(self, k) is not None}
