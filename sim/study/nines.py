@@ -36,6 +36,8 @@ DEFENSIVE = 0.1
 #: Elite share of a cross-entropy level, and the most levels fitted per policy.
 ELITE = 0.1
 MAX_LEVELS = 8
+#: Misses in a pilot level enough to fit on the miss itself.
+MIN_ELITE_MISSES = 50
 #: Degenerate weights: one draw holds more than this share of a policy's estimate ...
 MAX_SHARE = 0.5
 #: ... once the policy has this many misses.
@@ -234,6 +236,8 @@ def _fit(
         estimates[name].seconds += o.seconds
         estimates[name].levels = level + 1
         gamma = min(1.0, float(np.quantile(o.score, 1 - ELITE)))
+        if np.count_nonzero(o.score >= 1.0) >= max(MIN_ELITE_MISSES, ELITE * n / 10):
+            gamma = 1.0  # enough misses drawn: fit on the miss itself
         elite = o.score >= gamma
         tilt = cross_entropy_update(tilt, bank.samples, bank.weight * elite)
         if gamma >= 1.0:
