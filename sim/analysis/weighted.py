@@ -11,6 +11,7 @@ Bernoulli probability).
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,32 +97,44 @@ def cross_entropy_update(
     samples: dict[tuple[str, int], SlotSample],
     elite_weight: np.ndarray,
     smoothing: float = 0.7,
+    groups: dict[str, Hashable] | None = None,
 ) -> Tilt:
     """The next tilt of the cross-entropy method: per slot, the weighted mean of the elite's
     normal scores (the stall length's over stalled elite rows only) and the weighted share of
     elite rows below each cut, with weights p/q * 1{elite}; mixed with the old tilt by
-    `smoothing` and bounded (|theta| <= THETA_MAX, cut <= mass <= MASS_MAX)."""
-    total = float(elite_weight.sum())
-    if total <= 0:
+    `smoothing` and bounded (|theta| <= THETA_MAX, cut <= mass <= MASS_MAX). Steps of one
+    group in `groups` (alike steps) pool their draws per attempt: one tilt, fitted on all."""
+    if float(elite_weight.sum()) <= 0:
         return tilt
-    slots: dict[tuple[str, int], SlotTilt] = {}
+    sums: dict[Hashable, np.ndarray] = {}  # per pooled slot: numerators and denominators
     for key, old in tilt.slots.items():
-        sample = samples[key]
-        u, z = sample.uniforms, sample.z
+        u, z = samples[key].uniforms, samples[key].z
         stalled = u[:, U_STALL] < old.cut[0]
-        theta = []
+        row = np.zeros(10)
         for k, column in enumerate(SHIFTED):
             w = elite_weight * stalled if column == U_STALL_EXTRA else elite_weight
-            fitted = float((w * z[:, k]).sum() / w.sum()) if w.sum() > 0 else 0.0
+            row[2 * k], row[2 * k + 1] = float((w * z[:, k]).sum()), float(w.sum())
+        for k, column in enumerate(RAISED):
+            below = u[:, column] < old.cut[k]
+            row[6 + 2 * k] = float((elite_weight * below).sum())
+            row[7 + 2 * k] = float(elite_weight.sum())
+        pooled = (groups.get(key[0], key[0]) if groups else key[0], key[1])
+        sums[pooled] = sums.get(pooled, 0) + row
+    slots: dict[tuple[str, int], SlotTilt] = {}
+    for key, old in tilt.slots.items():
+        row = sums[(groups.get(key[0], key[0]) if groups else key[0], key[1])]
+        theta = []
+        for k in range(len(SHIFTED)):
+            fitted = row[2 * k] / row[2 * k + 1] if row[2 * k + 1] > 0 else 0.0
             new = smoothing * fitted + (1 - smoothing) * old.theta[k]
             theta.append(float(np.clip(new, -THETA_MAX, THETA_MAX)))
         mass = []
-        for k, column in enumerate(RAISED):
+        for k in range(len(RAISED)):
             c = old.cut[k]
             if c <= 0:
                 mass.append(c)
                 continue
-            fitted = float((elite_weight * (u[:, column] < c)).sum() / total)
+            fitted = row[6 + 2 * k] / row[7 + 2 * k]
             new = smoothing * fitted + (1 - smoothing) * old.mass[k]
             mass.append(float(np.clip(new, c, MASS_MAX)))
         slots[key] = SlotTilt((theta[0], theta[1], theta[2]), old.cut, (mass[0], mass[1]))

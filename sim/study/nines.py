@@ -54,6 +54,7 @@ class PolicyEstimate:
     engine: str = ""
     seconds: float = 0.0
     levels: int = 0  # cross-entropy levels fitted for its tilt
+    pilot_runs: int = 0  # requests its cross-entropy pilot drew
     stalled: float = 0.0  # weighted misses with at least one long first-attempt stall
     stalled_twice: float = 0.0  # ... with two or more
     by_step: np.ndarray | None = None  # weighted misses with a long stall at each step
@@ -94,7 +95,7 @@ class NinesResult:
                 "fail_ci_lo": flo, "fail_ci_hi": fhi, "misses_seen": e.miss.hits,
                 "ess": e.miss.ess, "max_weight_share": e.miss.max_share,
                 "fallback": self.fallback, "method": self.method, "engine": e.engine,
-                "ce_levels": e.levels,
+                "ce_levels": e.levels, "pilot_runs": e.pilot_runs,
                 "misses_with_long_stall": e.stalled / misses,
                 "misses_with_2_long_stalls": e.stalled_twice / misses,
                 "top_stall_step": self._top_step(e),
@@ -235,11 +236,12 @@ def _fit(
         o = outcomes[name]
         estimates[name].seconds += o.seconds
         estimates[name].levels = level + 1
+        estimates[name].pilot_runs += n
         gamma = min(1.0, float(np.quantile(o.score, 1 - ELITE)))
         if np.count_nonzero(o.score >= 1.0) >= max(MIN_ELITE_MISSES, ELITE * n / 10):
             gamma = 1.0  # enough misses drawn: fit on the miss itself
         elite = o.score >= gamma
-        tilt = cross_entropy_update(tilt, bank.samples, bank.weight * elite)
+        tilt = cross_entropy_update(tilt, bank.samples, bank.weight * elite, groups=setup.groups)
         if gamma >= 1.0:
             break
     return tilt
