@@ -97,7 +97,7 @@ def write_nines(result: NinesResult, folder: Path, figures: bool = True) -> Path
     """Write nines.csv, tilt.txt and figures/nines.png to `folder` atomically."""
     with staged(folder, overwrite=True) as staging:
         result.table.to_csv(staging / "nines.csv", index=False)
-        lines = [f"{name}: {tilt.describe()}" for name, tilt in result.tilts.items()]
+        lines = [f"{name}: {result.describe_tilt(name)}" for name in result.tilts]
         (staging / "tilt.txt").write_text("\n".join(lines or ["none"]) + "\n", encoding="utf-8")
         if figures:
             (staging / "figures").mkdir()
