@@ -146,7 +146,7 @@ def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.Monk
     # say so and finish with plain sampling (wait misses 16% at 90 s: plain is cheap there)
     scenario = load_scenario(ROOT / "scenarios" / "default.yaml")
 
-    def wild(setup, name, start, n, seed, estimates):  # type: ignore[no-untyped-def]
+    def wild(setup, name, start, n, seed, estimates, until):  # type: ignore[no-untyped-def]
         slots = {k: SlotTilt((-3.0, 3.0, -3.0), s.cut, (0.9, s.mass[1])) for k, s in
                  start.slots.items()}  # fmt: skip
         return Tilt(slots), Tilt(slots)
