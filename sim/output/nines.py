@@ -96,16 +96,16 @@ def nines_figure(result: NinesResult) -> Figure:
     for k in range(max(low, -7), min(high, -1) + 1):  # the nines: 99%, 99.9%, ... met
         ax.axvline(10.0**k, color="0.6", linewidth=0.8, linestyle=":")
         ax.annotate(
-            f"{100 * (1 - 10.0**k):.{max(0, -k - 2)}f}%", (10.0**k, 1.0),
-            xycoords=("data", "axes fraction"), xytext=(0, 3), textcoords="offset points",
-            fontsize=7, color="0.4", ha="center", rotation=45,
+            f"{100 * (1 - 10.0**k):.{max(0, -k - 2)}f}% met", (10.0**k, 0.0),
+            xycoords=("data", "axes fraction"), xytext=(3, 3), textcoords="offset points",
+            fontsize=7, color="0.4", ha="left",
         )  # fmt: skip
     ax.set_yticks(y, table["policy"])
+    ax.set_ylim(-0.7, len(table) - 0.3)
     ax.set_xlabel("P(miss the deadline) per request, with 95% CI (log scale)")
     ax.set_title(
         f"{result.scenario.name}: deadline {result.scenario.deadline_s:g} s ({result.method})",
         loc="left",
-        pad=16,
     )
     ax.grid(alpha=0.3, which="both", axis="x")
     return fig
