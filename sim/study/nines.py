@@ -216,7 +216,8 @@ def estimate_nines(
             result.paired.clear()
             continue
         done = all(
-            e.miss.relative_error <= target_rel_error and e.miss.ess >= MIN_ESS
+            e.miss.relative_error <= target_rel_error
+            and (result.method == "plain" or e.miss.ess >= MIN_ESS)
             for e in estimates.values()
         )
         spent = time.perf_counter() - began
@@ -228,7 +229,7 @@ def estimate_nines(
         if e.miss.relative_error > target_rel_error:
             result.warnings.append(
                 f"policy '{name}': relative error {e.miss.relative_error:.2g} > target "
-                f"{target_rel_error:g} when the budget ran out ({e.miss.n:,} runs)"
+                f"{target_rel_error:g} when the run stopped ({e.miss.n:,} runs, {spent:.0f} s)"
             )
     return result
 
