@@ -168,10 +168,10 @@ def estimate_nines(
     began = time.perf_counter()
     seed = scenario.seed if seed is None else seed
     names = chosen_policies(scenario, policies, "--policy")
-    measured = None
-    if needs_pilot(scenario) or admission_needs_pilot(scenario):
-        measured = step_latencies(scenario, seed, first_token=True)
-    specs = resolve_specs(scenario, seed, measured)
+    measured = None  # thresholds from the pilot of the scenario's own seed, as `tailsim run`
+    if needs_pilot(scenario) or admission_needs_pilot(scenario):  # measures them: every seed
+        measured = step_latencies(scenario, scenario.seed, first_token=True)  # estimates the
+    specs = resolve_specs(scenario, scenario.seed, measured)  # same policies
     setup = make_setup(
         scenario, names, specs, resolve_expected(scenario, measured), engine or scenario.engine
     )
