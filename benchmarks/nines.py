@@ -128,10 +128,12 @@ def main() -> None:
     parser.add_argument("--policy", action="append", help="event: only these policies")
     args = parser.parse_args()
     began = time.perf_counter()
-    table = {"agree": lambda: agree(args.plain_runs), "event": lambda: event(args.plain_runs, tuple(args.policy or ("race_capped", "cut"))),
-             "speedup": speedup}[args.part]()  # fmt: skip
+    chosen = tuple(args.policy or ("race_capped", "cut"))
+    table = {"agree": lambda: agree(args.plain_runs), "speedup": speedup,
+             "event": lambda: event(args.plain_runs, chosen)}[args.part]()  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
-    table.to_csv(OUT / f"{args.part}.csv", index=False)
+    name = args.part if args.part != "event" or not args.policy else "event-" + "-".join(chosen)
+    table.to_csv(OUT / f"{name}.csv", index=False)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"({time.perf_counter() - began:.0f} s)")
 
