@@ -83,7 +83,8 @@ def nines(
     if result.tilts:
         out.print(
             f"tilt: cross-entropy per policy ({result.pilot_seconds:.1f} s of pilot), mixed with "
-            f"the plain law (share 0.1) for every policy alike; in {folder}/tilt.txt",
+            f"the plain law (share {result.defensive:g}) for every policy alike; in "
+            f"{folder}/tilt.txt",
             markup=False,
         )
     for warning in result.warnings:

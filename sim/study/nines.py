@@ -33,6 +33,9 @@ from sim.study.runner import chosen_policies
 METHODS = ("importance", "plain")
 #: Share of the nominal law in the mixture: every weight is at most 1 / DEFENSIVE.
 DEFENSIVE = 0.1
+#: ... where the event engine runs (shared state): most requests plain, so the queue, quota
+#: and caps a request meets are nearly the plain world's (the tilted ones are probes).
+DEFENSIVE_SHARED = 0.8
 #: The least effective sample size of a policy's misses before its interval is trusted (a
 #: 95% interval from fewer weighted misses covers less often: the weights are skewed).
 MIN_ESS = 1000
@@ -79,6 +82,7 @@ class NinesResult:
     steps: list[str]
     long_stall_s: float  # the stall length the composition counts ("longer than")
     fallback: bool = False
+    defensive: float = DEFENSIVE  # the plain law's share of the proposal
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     pilot_seconds: float = 0.0
@@ -90,8 +94,9 @@ class NinesResult:
         """One row per policy: the columns of nines.csv (probabilities as fractions)."""
         rows = []
         for name, e in self.estimates.items():
-            lo, hi = e.miss.interval(1 / DEFENSIVE if self.method == "importance" else 1.0)
-            flo, fhi = e.fail.interval(1 / DEFENSIVE if self.method == "importance" else 1.0)
+            bound = 1 / self.defensive if self.method == "importance" else 1.0
+            lo, hi = e.miss.interval(bound)
+            flo, fhi = e.fail.interval(bound)
             misses = e.miss.total or math.nan
             rows.append({
                 "policy": name, "miss_probability": e.miss.estimate, "ci_lo": lo, "ci_hi": hi,
@@ -189,7 +194,8 @@ def estimate_nines(
     result = NinesResult(scenario, seed, method, target_rel_error, budget_s, estimates, tilts,
                          setup.steps, _long_stall(setup))  # fmt: skip
     result.pilot_seconds = time.perf_counter() - began
-    components, shares = _mixture(plain, tilts, names)
+    result.defensive = DEFENSIVE_SHARED if event_engine else DEFENSIVE
+    components, shares = _mixture(plain, tilts, names, result.defensive)
     for b in itertools.count():
         bank, outcomes = run_batch(setup, names, batch, batch_seed(seed, 2, b), components, shares)
         weight = bank.weight
@@ -277,14 +283,14 @@ def _fit(
 
 
 def _mixture(
-    plain: Tilt, tilts: dict[str, tuple[Tilt, Tilt]], names: list[str]
+    plain: Tilt, tilts: dict[str, tuple[Tilt, Tilt]], names: list[str], defensive: float
 ) -> tuple[list[Tilt], list[float]]:
-    """The defensive mixture: the nominal law (DEFENSIVE) and each policy's one-big-jump
-    components (equal shares); plain sampling without tilts."""
+    """The defensive mixture: the nominal law (share `defensive`) and each policy's
+    one-big-jump components (equal shares); plain sampling without tilts."""
     if not tilts:
         return [plain], [1.0]
     parts = [part for name in names for part in jump_components(*tilts[name])]
-    return [plain, *parts], [DEFENSIVE] + [(1 - DEFENSIVE) / len(parts)] * len(parts)
+    return [plain, *parts], [defensive] + [(1 - defensive) / len(parts)] * len(parts)
 
 
 def _pair(result: NinesResult, outcomes: dict, weight: np.ndarray) -> None:

@@ -152,7 +152,7 @@ def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.Monk
         return Tilt(slots), Tilt(slots)
 
     monkeypatch.setattr(nines_module, "_fit", wild)
-    monkeypatch.setattr(nines_module, "DEFENSIVE", 1e-12)
+    monkeypatch.setattr(nines_module, "DEFENSIVE", 1e-12)  # the vectorized engine's share
     result = estimate_nines(scenario, ["wait"], 0.1, 600, seed=4)
     row = result.table.iloc[0]
     assert result.fallback
