@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -33,8 +33,8 @@ from sim.study.runner import chosen_policies
 METHODS = ("importance", "plain")
 #: Share of the nominal law in the mixture: every weight is at most 1 / DEFENSIVE.
 DEFENSIVE = 0.1
-#: ... where the event engine runs (shared state): most requests plain, so the queue, quota
-#: and caps a request meets are nearly the plain world's (the tilted ones are probes).
+#: ... where requests share state (the event engine must run): most requests plain, so the
+#: queue, quota and caps a request meets are nearly the plain world's (the tilted: probes).
 DEFENSIVE_SHARED = 0.8
 #: The least effective sample size of a policy's misses before its interval is trusted (a
 #: 95% interval from fewer weighted misses covers less often: the weights are skewed).
@@ -183,7 +183,8 @@ def estimate_nines(
     keys = slot_keys(setup.steps, attempts)
     plain = identity_tilt(keys, setup.cuts)
     estimates = {name: PolicyEstimate(name) for name in names}
-    event_engine = _probe_engine(setup, names, seed)
+    shared = _shares_state(setup, names, seed)
+    event_engine = shared or setup.engine == "des"
     batch = batch or (4_000 if event_engine else 20_000)
     pilot = pilot or (4_000 if event_engine else 10_000)
     tilts: dict[str, tuple[Tilt, Tilt]] = {}
@@ -194,7 +195,7 @@ def estimate_nines(
     result = NinesResult(scenario, seed, method, target_rel_error, budget_s, estimates, tilts,
                          setup.steps, _long_stall(setup))  # fmt: skip
     result.pilot_seconds = time.perf_counter() - began
-    result.defensive = DEFENSIVE_SHARED if event_engine else DEFENSIVE
+    result.defensive = DEFENSIVE_SHARED if shared else DEFENSIVE
     components, shares = _mixture(plain, tilts, names, result.defensive)
     for b in itertools.count():
         bank, outcomes = run_batch(setup, names, batch, batch_seed(seed, 2, b), components, shares)
@@ -240,10 +241,12 @@ def estimate_nines(
     return result
 
 
-def _probe_engine(setup: Setup, names: list[str], seed: int) -> bool:
-    """True if any policy runs on the event engine (a small plain batch tells)."""
-    tilt = identity_tilt([], setup.cuts)
-    _, outcomes = run_batch(setup, names, 200, batch_seed(seed, 0), [tilt], [1.0])
+def _shares_state(setup: Setup, names: list[str], seed: int) -> bool:
+    """True if some policy needs the event engine under `engine: auto` (a small plain batch
+    tells): its requests share state (a quota that binds, slots, caps), so a tilted request
+    changes what the others meet."""
+    auto = replace(setup, engine="auto")
+    _, outcomes = run_batch(auto, names, 200, batch_seed(seed, 0), [identity_tilt([], {})], [1.0])
     return any(o.engine != "vectorized" for o in outcomes.values())
 
 
