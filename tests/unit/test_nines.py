@@ -228,3 +228,26 @@ def test_the_event_engine_estimate_holds_where_nothing_is_shared() -> None:
     assert row["engine"] == "des"
     assert row["ci_lo"] <= exact <= row["ci_hi"]
     assert row["rel_error"] <= 0.1
+
+
+def test_the_jump_update_gives_the_big_jump_to_one_step() -> None:
+    """Elite: some step drew a stall with length score z > 2 (five alike steps, pooled). The
+    EM step must put the long stall in the jump tilt (likely stall, shifted length) and leave
+    the background near the plain law: the elite draw's other steps are ordinary."""
+    from sim.analysis.weighted import jump_update  # noqa: PLC0415
+
+    steps = [f"s{i}" for i in range(5)]
+    keys = slot_keys(steps, 1)
+    plain = identity_tilt(keys, dict.fromkeys(steps, (0.05, 0.0)))
+    bank = TiltedDrawBank(Streams(13).child("calls"), 100_000, [plain], [1.0])
+    jumped = np.zeros(100_000, dtype=bool)
+    for key in keys:
+        sample = bank.samples[key]
+        jumped |= (sample.uniforms[:, U_STALL] < 0.05) & (sample.z[:, 2] > 2)
+    groups = dict.fromkeys(steps, "alike")
+    background, jump = jump_update(plain, plain, bank.samples, bank.weight * jumped, groups)
+    b, j = background.slots[("s0", 0)], jump.slots[("s0", 0)]
+    assert j.mass[0] > 0.5  # P(stall) raised from 0.05 in the jump (the guess's 0.5 or more)
+    assert j.theta[2] > 1.5  # the jump's stalls long: E[z | z > 2] = 2.37, smoothed
+    assert b.mass[0] < 0.15  # the background's steps stall about as often as plain ones
+    assert abs(b.theta[2]) < 1.0
