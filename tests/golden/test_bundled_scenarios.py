@@ -482,6 +482,19 @@ def quality_floor_orderings(result: sim.RunResult) -> None:
     assert p1 - p2 > ORDER_Z * se, f"valid hits: downshift_mid {p1:.4f}, downshift {p2:.4f}"
 
 
+def nines_is_uncontended(result: sim.RunResult) -> None:
+    """scenarios/nines.yaml is the default's providers and steps at the same 0.5 runs/s, runs
+    over in <= 150 s: ~75 runs, <= 150 calls in the system, far below 512 and 256 slots and the
+    quotas (as `default_is_uncontended`). Exact."""
+    _assert_uncontended(result)
+
+
+def nines_race_cost_closed_form(result: sim.RunResult) -> None:
+    """Its race is the default's (both attempts billed, managed never fails): the same closed
+    form of the cost per successful run (`_assert_race_cost_closed_form`)."""
+    _assert_race_cost_closed_form(result, ("direct", "managed"))
+
+
 #: Independent checks per bundled scenario (by file stem). A new bundled scenario must add its
 #: own: `test_every_bundled_scenario_has_independent_checks` fails until it does.
 INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
@@ -509,6 +522,7 @@ INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
         quality_floor_quality_law,
         quality_floor_orderings,
     ),
+    "nines": (nines_is_uncontended, nines_race_cost_closed_form),  # its nines: test_nines.py
     # deadline-propagation, futile-retry, tool-resend: written in their own module
     **DEADLINE_CHECKS,
     **HARDNESS_CHECKS,  # hardness: closed forms of shared hardness, in their own module
