@@ -14,6 +14,7 @@ from rich.table import Table
 
 from sim.cli.common import bad_input_exits, err, load, num, out, policy_names
 from sim.output.results import check_writable, default_folder, write_stress_results
+from sim.output.slo_view import run_view, slo_table
 from sim.study.runner import chosen_policies
 
 
@@ -45,6 +46,12 @@ from sim.study.runner import chosen_policies
     default=0.0,
     help="Floor on the mean quality of delivered runs (default: none).",
 )
+@click.option(
+    "--slo-target",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Find the cheapest candidate whose 95% CI of the success share is wholly at or above "
+    "this (0.9999: four nines); default: the scenario's `slo`, else the highest valid hit rate.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
 def tune_command(
     scenario: Path,
@@ -53,6 +60,7 @@ def tune_command(
     seed: int | None,
     max_cost: float | None,
     min_quality: float,
+    slo_target: float | None,
     quiet: bool,
 ) -> None:
     """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
@@ -67,9 +75,13 @@ def tune_command(
             max_cost=max_cost,
             min_quality=min_quality,
             progress=tick,
+            slo_target=slo_target,
         )
     if not quiet:
         out.print(tune_table(outcome.comparison, outcome.note))
+        view = run_view(outcome.comparison, outcome.slo)
+        if view is not None:
+            out.print(slo_table(view))
         out.print(f"written: {out_file} (run it with: tailsim run {out_file})", markup=False)
 
 
