@@ -160,7 +160,7 @@ def sweep_readings(
 ) -> list[SloReading]:
     """One reading per row of a sweep's pooled summary: the pooled `metric` with the interval
     the sweep uses (Wilson on the pooled runs widened by the replications' dispersion), taken
-    from the summary for hit_rate and pooled from the replications for valid_hit_rate."""
+    pooled from the replications as `aggregate` pools the hit rate."""
     readings = []
     by = [*keys, "policy"]
     groups = {
@@ -192,7 +192,7 @@ def slo_lines(names: Sequence[str], readings: Sequence[SloReading], metric: str)
     if not readings:
         return []
     target = readings[0].target
-    what = "requests within the deadline" if metric == "hit_rate" else "valid hits"
+    what = "runs answered within the deadline" + ("" if metric == "hit_rate" else ", validly")
     groups: dict[str, list[str]] = {}
     for name, reading in zip(names, readings, strict=True):
         groups.setdefault(reading.status, []).append(name)

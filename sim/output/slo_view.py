@@ -63,7 +63,7 @@ def slo_of(resolved: dict[str, Any] | None) -> tuple[float, str] | None:
     slo = (resolved or {}).get("slo")
     if not isinstance(slo, dict) or "target" not in slo:
         return None
-    return float(slo["target"]), str(slo.get("metric", "hit_rate"))
+    return float(slo["target"]), str(slo.get("metric", "valid_hit_rate"))
 
 
 def run_view(summary: pd.DataFrame, slo: tuple[float, str] | None) -> SloView | None:

@@ -503,8 +503,8 @@ def run_tune(
 
 def search_slo(scenario: Scenario, target: float | None) -> tuple[float, str] | None:
     """(target, metric) the search runs against: `target` (--slo-target) or the scenario's
-    `slo` target, with the scenario's metric (hit_rate without one); None for neither."""
-    metric = scenario.slo.metric if scenario.slo is not None else "hit_rate"
+    `slo` target, with the scenario's metric (valid_hit_rate without one); None for neither."""
+    metric = scenario.slo.metric if scenario.slo is not None else "valid_hit_rate"
     if target is None:
         return None if scenario.slo is None else (scenario.slo.target, metric)
     return target, metric

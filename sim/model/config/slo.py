@@ -21,10 +21,11 @@ class SloSpec(Spec):
         description="promised share of requests that succeed, strictly between 0 and 1 "
         "(0.999: three nines, 0.9999: four)"
     )
-    metric: Literal["hit_rate", "valid_hit_rate"] = Field(
-        default="hit_rate",
-        description="what counts as a success: hit_rate (answered within the deadline) or "
-        "valid_hit_rate (and the answer is valid and meets the quality floor)",
+    metric: Literal["valid_hit_rate", "hit_rate"] = Field(
+        default="valid_hit_rate",
+        description="what counts as a success: valid_hit_rate (answered within the deadline, "
+        "valid and at or above the quality floor; the same as hit_rate without validators or a "
+        "floor) or hit_rate (answered within the deadline, junk included)",
     )
 
     @model_validator(mode="before")
