@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 import sim
-from sim.cli import checks, folders, run, search, sweep
+from sim.cli import checks, folders, nines, run, search, sweep
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,5 +30,6 @@ for _command in (
     checks.schema,
     checks.check,
     checks.validate,
+    nines.nines,
 ):
     main.add_command(_command)

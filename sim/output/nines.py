@@ -1,0 +1,107 @@
+"""`tailsim nines` on disk and for people: nines.csv, the per-policy figure on a log axis, the
+tilt, and the plain-language lines (nines with their interval, which pairs differ)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib as mpl
+
+mpl.use("Agg")  # files only, no screen needed
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from sim.output.results import staged
+from sim.study.nines import NinesResult
+
+NINES_FIGURE = "figures/nines.png"
+
+
+def as_nines(p: float, lo: float, hi: float) -> str:
+    """A miss probability as the hit rate with its interval: '99.987% [99.985, 99.989]'."""
+    if math.isnan(p):
+        return "n/a"
+    digits = max(1, min(6, math.ceil(-math.log10(max(100 * (hi - lo), 1e-10)))))
+    return f"{100 * (1 - p):.{digits}f}% [{100 * (1 - hi):.{digits}f}, {100 * (1 - lo):.{digits}f}]"
+
+
+def comparison_lines(result: NinesResult) -> list[str]:
+    """One line per pair of policies: whose miss probability is lower, and whether their 95%
+    intervals (and the paired difference's) tell them apart."""
+    lines = []
+    for first, second, d, d_lo, d_hi, overlap in result.comparisons():
+        a, b, diff, lo, hi = (
+            (second, first, -d, -d_hi, -d_lo) if d > 0 else (first, second, d, d_lo, d_hi)
+        )
+        if not overlap:
+            lines.append(
+                f"{a} misses less than {b}: their 95% CIs do not overlap "
+                f"(paired difference {diff:.3g} [{lo:.3g}, {hi:.3g}])"
+            )
+        elif hi < 0:
+            lines.append(
+                f"{a} misses less than {b} on the paired difference {diff:.3g} [{lo:.3g}, "
+                f"{hi:.3g}] (their own CIs overlap)"
+            )
+        else:
+            lines.append(f"{a} and {b} cannot be told apart (paired difference CI holds 0)")
+    return lines
+
+
+def composition_lines(result: NinesResult) -> list[str]:
+    """What each policy's misses are made of: long stalls, outright failures, the top step."""
+    lines = []
+    for row in result.table.to_dict("records"):
+        p = row["miss_probability"]
+        if not p:
+            continue
+        parts = [
+            f"{row['misses_with_long_stall']:.0%} hold a first-attempt stall longer than "
+            f"{result.long_stall_s:g} s ({row['misses_with_2_long_stalls']:.0%} two or more)",
+            f"{row['fail_probability'] / p:.0%} are outright failures",
+        ]
+        if row["top_stall_step"]:
+            parts.append(f"most long stalls at {row['top_stall_step']}")
+        lines.append(f"{row['policy']}: of its misses, " + "; ".join(parts))
+    return lines
+
+
+def nines_figure(result: NinesResult) -> Figure:
+    """The miss probability per policy with its 95% interval, on a log axis."""
+    table = result.table
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * len(table)), layout="constrained")
+    y = np.arange(len(table))[::-1]
+    p = table["miss_probability"].to_numpy(float)
+    lo, hi = table["ci_lo"].to_numpy(float), table["ci_hi"].to_numpy(float)
+    floor = np.nanmin(np.where(lo > 0, lo, np.nan)) / 3 if (lo > 0).any() else 1e-9
+    shown = np.where(p > 0, p, floor)
+    ax.errorbar(shown, y, xerr=[shown - np.maximum(lo, floor), hi - shown], fmt="o", capsize=4)
+    for yi, pi in zip(y, p, strict=True):
+        if not pi > 0:
+            ax.annotate("no miss seen", (floor, yi), xytext=(4, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yticks(y, table["policy"])
+    ax.set_xlabel("P(miss the deadline) per request, with 95% CI (log scale)")
+    ax.set_title(
+        f"{result.scenario.name}: deadline {result.scenario.deadline_s:g} s ({result.method})",
+        loc="left",
+    )
+    ax.grid(alpha=0.3, which="both", axis="x")
+    return fig
+
+
+def write_nines(result: NinesResult, folder: Path, figures: bool = True) -> Path:
+    """Write nines.csv, tilt.txt and figures/nines.png to `folder` atomically."""
+    with staged(folder, overwrite=True) as staging:
+        result.table.to_csv(staging / "nines.csv", index=False)
+        lines = [f"{name}: {tilt.describe()}" for name, tilt in result.tilts.items()]
+        (staging / "tilt.txt").write_text("\n".join(lines or ["none"]) + "\n", encoding="utf-8")
+        if figures:
+            (staging / "figures").mkdir()
+            fig = nines_figure(result)
+            fig.savefig(staging / NINES_FIGURE, dpi=120)
+            plt.close(fig)
+    return folder
