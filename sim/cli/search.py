@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import click
@@ -52,6 +53,14 @@ from sim.study.runner import chosen_policies
     help="Find the cheapest candidate whose 95% CI of the success share is wholly at or above "
     "this (0.9999: four nines); default: the scenario's `slo`, else the highest valid hit rate.",
 )
+@click.option(
+    "--nines-budget-s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="With an SLO plain runs of --requests cannot resolve: seconds for `tailsim nines` "
+    "(importance sampling) to judge the search's finalists; 0: plain runs only.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
 def tune_command(
     scenario: Path,
@@ -61,10 +70,12 @@ def tune_command(
     max_cost: float | None,
     min_quality: float,
     slo_target: float | None,
+    nines_budget_s: float,
     quiet: bool,
 ) -> None:
     """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
     from sim.study.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
+    from sim.study.tune_nines import check_finalists, check_lines  # noqa: PLC0415
 
     with bad_input_exits(), _tune_progress(quiet) as tick:
         outcome = run_tune(
@@ -76,9 +87,13 @@ def tune_command(
             min_quality=min_quality,
             progress=tick,
             slo_target=slo_target,
+            check=partial(check_finalists, budget_s=nines_budget_s) if nines_budget_s else None,
         )
     if not quiet:
         out.print(tune_table(outcome.comparison, outcome.note))
+        if outcome.result.check is not None:
+            for line in check_lines(outcome.result.check):
+                out.print(line, markup=False)
         view = run_view(outcome.comparison, outcome.slo)
         if view is not None:
             out.print(slo_table(view))

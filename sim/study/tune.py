@@ -78,6 +78,7 @@ class SloPart:
 
     meets: bool
     lower: float
+    junk: bool = False  # some on-time answers were invalid (hit rate > valid hit rate)
 
 
 @functools.total_ordering
@@ -120,6 +121,15 @@ class TuneResult:
     score: Score
     evaluations: int
     step_specs: dict[str, dict[str, Any]]  # what was scored, per step
+    check: Any = None  # what `check` (the finalists by `tailsim nines`) found, if it ran
+
+
+#: How many finalists a `FinalistCheck` judges, and what it is: (scenario, per finalist its
+#: step specs and search score, slo) -> (index of the one to keep, a report of the check).
+FINALISTS = 4
+FinalistCheck = Callable[
+    [Scenario, list[tuple[dict[str, dict[str, Any]], Score]], tuple[float, str]], tuple[int, Any]
+]
 
 
 def search_seed(seed: int) -> int:
@@ -211,7 +221,8 @@ class Evaluator:
             target, metric = self.slo
             hits = sum(r.valid_hit if metric == "valid_hit_rate" else r.ok for r in runs)
             reading = judge(hits, len(runs), target)
-            slo = SloPart(reading.status == MET, reading.lo)
+            junk = any(r.ok and not r.valid_hit for r in runs)
+            slo = SloPart(reading.status == MET, reading.lo, junk)
         return Score(feasible, valid_hit, -cost, quality, n, slo)
 
 
@@ -224,23 +235,36 @@ def tune(
     min_quality: float = 0.0,
     progress: Progress | None = None,
     slo: tuple[float, str] | None = None,
+    check: FinalistCheck | None = None,
 ) -> TuneResult:
     """Search the tuned policy of `scenario` (see the module docstring); with `slo` (target,
-    metric), the cheapest that meets the target (see `Score`)."""
+    metric), the cheapest that meets the target (see `Score`). Where `requests` are too few for
+    plain runs to show the target met, `check` (`sim.study.tune_nines`) judges the best few
+    finalists otherwise (by importance sampling) and picks among them."""
     root = scenario.seed if seed is None else seed
     ev = Evaluator(scenario, search_seed(root), requests, max_cost, min_quality, slo)
     tell = progress or (lambda _stage, _done, _total: None)
     space = _Space(scenario, ev.steps)
     candidates = space.sobol(SOBOL_POINTS, root) + space.anchors()
-    best_knobs, best = _successive_halving(ev, candidates, requests, tell)
+    best_knobs, best, last_rung = _successive_halving(ev, candidates, requests, tell)
     best_knobs, best = _pattern_search(ev, space, best_knobs, best, tell)
+    found = None
+    if slo is not None and check is not None and requests < runs_to_resolve(slo[0]):
+        distinct: dict[Knobs, Score] = {}
+        for knobs, score in [(best_knobs, best), *last_rung]:
+            distinct.setdefault(knobs, score)
+        finalists = list(distinct.items())[:FINALISTS]
+        tell(f"tailsim nines on {plural(len(finalists), 'finalist')}", 0, 1)
+        pick, found = check(scenario, [(ev.step_specs(k), score) for k, score in finalists], slo)
+        best_knobs, best = finalists[pick]
     specs = ev.step_specs(best_knobs)
-    return TuneResult(policy_mapping(specs), best, ev.evaluations, specs)
+    return TuneResult(policy_mapping(specs), best, ev.evaluations, specs, found)
 
 
 def _successive_halving(
     ev: Evaluator, candidates: list[Knobs], requests: int, tell: Progress
-) -> tuple[Knobs, Score]:
+) -> tuple[Knobs, Score, list[tuple[Knobs, Score]]]:
+    """The best candidate, its score, and the last rung's candidates, best first."""
     rungs = [max(20, requests // 4), max(20, requests // 2), requests]
     alive = list(dict.fromkeys(candidates))
     total = sum(
@@ -258,7 +282,7 @@ def _successive_halving(
         scored.sort(reverse=True)
         if k + 1 < len(rungs):
             alive = [c for _, _, c in scored[: max(1, math.ceil(len(scored) * KEEP))]]
-    return scored[0][2], scored[0][0]
+    return scored[0][2], scored[0][0], [(knobs, score) for score, _, knobs in scored]
 
 
 def _pattern_search(
@@ -440,11 +464,12 @@ def run_tune(
     min_quality: float = 0.0,
     progress: Progress | None = None,
     slo_target: float | None = None,
+    check: FinalistCheck | None = None,
 ) -> TuneOutcome:
     """Load `source`, tune it, write `out_file` (only once it validates and reproduces the
     searched policy), and run every policy of it on the scenario's seed for comparison.
     `slo_target` (else the scenario's `slo`) makes the search find the cheapest candidate that
-    meets it; it is written into `out_file`'s `slo`."""
+    meets it; it is written into `out_file`'s `slo`. `check`: see `tune`."""
     from pathlib import Path as FilePath  # noqa: PLC0415
 
     import yaml  # noqa: PLC0415
@@ -471,6 +496,7 @@ def run_tune(
         min_quality=min_quality,
         progress=progress,
         slo=slo,
+        check=check,
     )
     data = parse_yaml(source.read_text(encoding="utf-8"), str(source))
     out_dir = out_file.resolve().parent
@@ -497,7 +523,7 @@ def run_tune(
         f"cost cap {cap}, quality floor {max(min_quality, scenario.quality_floor):g}"
     )
     if slo is not None:
-        note += "; " + slo_note(slo, result.score, n)
+        note += "; " + slo_note(slo, result.score, n, result.check)
     return TuneOutcome(result, report.summary, note, slo)
 
 
@@ -510,13 +536,16 @@ def search_slo(scenario: Scenario, target: float | None) -> tuple[float, str] | 
     return target, metric
 
 
-def slo_note(slo: tuple[float, str], score: Score, n: int) -> str:
+def slo_note(slo: tuple[float, str], score: Score, n: int, checked: Any = None) -> str:
     """What the search made of the SLO: met by the winner on the search's draws, or not, and
-    whether plain runs of this size could have shown it met at all."""
+    whether plain runs of this size could have shown it met at all; or what the finalists'
+    check found (its `summary`)."""
     target, metric = slo
     what = f"SLO {target_text(target)} ({metric.replace('_', ' ')})"
+    if checked is not None:
+        return f"{what}: {checked.summary}"
     if score.slo is not None and score.slo.meets:
-        return f"{what}: the winner meets it on the search's draws (the cheapest that does)"
+        return f"{what}: the winner meets it on the search's draws (the cheapest found that does)"
     need = runs_to_resolve(target)
     if n < need:
         return (
