@@ -33,6 +33,7 @@ from sim.analysis.slo import (
 from sim.cli import main
 from sim.model.scenario import scenario_from_dict
 from sim.output.store import fingerprint
+from sim.study import tune_nines
 from sim.study.tune import Evaluator, Score, SloPart, tune
 
 FLOOR = Path(__file__).resolve().parents[2] / "scenarios" / "quality-floor.yaml"
@@ -352,3 +353,83 @@ def test_cli_tune_slo_target_writes_the_target_and_shows_the_verdicts(tmp_path: 
     bad = CliRunner().invoke(main, ["tune", str(FLOOR), "--out", str(out), "--slo-target", "1"])
     assert bad.exit_code == 2
     assert "--slo-target" in bad.output
+
+
+# ---------------------------------------------------------------- finalists by `tailsim nines`
+
+
+class _Estimate:
+    """What `estimate_nines` returns, as far as the finalists' check reads it."""
+
+    def __init__(self, rows: list[tuple[str, float, float, float]]) -> None:
+        self.table = pd.DataFrame(
+            [
+                {"policy": p, "miss_probability": m, "ci_lo": lo, "ci_hi": hi, "runs": 10_000}
+                for p, m, lo, hi in rows
+            ]
+        )
+        self.method = "importance"
+        self.warnings: list[str] = []
+
+
+def _finalists(costs: list[float], junk: list[bool]) -> list[tuple[dict[str, Any], Score]]:
+    step = {"s1": {"kind": "adaptive", "cutoff": 3.0}}
+    return [
+        (step, Score(True, 0.99, -c, 1.0, 100, SloPart(False, 0.95, j)))
+        for c, j in zip(costs, junk, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("misses", "junk", "kept", "statuses"),
+    [
+        # the cheapest misses 99.99%, the next meets it (CI [99.998, 99.9995]): kept
+        ([(1e-3, 8e-4, 1.2e-3), (1e-5, 5e-6, 2e-5), (2e-6, 1e-6, 4e-6)], [False] * 3, 1,
+         [MISSED, MET, MET]),
+        # ... unless it delivered junk on time and the SLO counts valid hits: then the next
+        ([(1e-3, 8e-4, 1.2e-3), (1e-5, 5e-6, 2e-5), (2e-6, 1e-6, 4e-6)], [False, True, False],
+         2, [MISSED, UNDECIDED, MET]),
+        # none meets it: the one with the highest lower end, whatever it costs
+        ([(1e-3, 8e-4, 1.2e-3), (2e-4, 1.5e-4, 3e-4), (1e-4, 5e-5, 1.5e-4)], [False] * 3, 2,
+         [MISSED, MISSED, UNDECIDED]),
+    ],
+)  # fmt: skip
+def test_the_finalists_check_keeps_the_cheapest_that_nines_shows_meeting_the_target(
+    monkeypatch: pytest.MonkeyPatch,
+    misses: list[tuple[float, float, float]],
+    junk: list[bool],
+    kept: int,
+    statuses: list[str],
+) -> None:
+    scenario = sim.load_scenario(FLOOR)
+    seen: dict[str, Any] = {}
+
+    def fake(candidates: Any, names: list[str], *args: Any, **kwargs: Any) -> _Estimate:
+        seen["policies"] = list(candidates.policies)
+        return _Estimate([(n, *m) for n, m in zip(names, misses, strict=True)])
+
+    monkeypatch.setattr(tune_nines, "estimate_nines", fake)
+    finalists = _finalists([0.05, 0.07, 0.09], junk)
+    index, check = tune_nines.check_finalists(scenario, finalists, (0.9999, "valid_hit_rate"))
+    assert seen["policies"] == ["tuned_1", "tuned_2", "tuned_3"]  # estimated together
+    assert index == kept
+    assert [r.status for r in check.readings] == statuses
+    assert "<- kept as `tuned`" in tune_nines.check_lines(check)[kept + 1]
+
+
+def test_tune_asks_the_check_only_where_plain_runs_cannot_resolve_the_target() -> None:
+    scenario = sim.load_scenario(FLOOR)
+    calls: list[list[float]] = []
+
+    def check(_s: Any, finalists: list[tuple[dict[str, Any], Score]], _slo: Any) -> Any:
+        calls.append([score.cost for _, score in finalists])
+        return len(finalists) - 1, None  # keep the last finalist
+
+    # 40 requests cannot show 99% met (381 runs needed): the finalists go to the check
+    result = tune(scenario, requests=40, slo=(0.99, "valid_hit_rate"), check=check)
+    assert len(calls) == 1
+    assert 2 <= len(calls[0]) <= 4
+    assert result.score.cost == calls[0][-1]  # the kept finalist is the one written
+    # 40 requests can show 90% met (35 needed): plain runs decide, no check
+    tune(scenario, requests=40, slo=(0.9, "valid_hit_rate"), check=check)
+    assert len(calls) == 1
