@@ -138,6 +138,17 @@ def judge(
     return SloReading(target, rate, lo, hi, runs, runs - successes, n_eff, status)
 
 
+def miss_reading(miss: float, lo: float, hi: float, runs: int, target: float) -> SloReading:
+    """The reading of an estimated miss probability with its 95% interval [lo, hi] (e.g. by
+    importance sampling, `tailsim nines`): success share 1 - miss in [1 - hi, 1 - lo]; met,
+    missed or undecided by the same rule (an estimator's interval has no "not resolved")."""
+    rate, low, high = 1.0 - miss, 1.0 - hi, 1.0 - lo
+    if math.isnan(rate) or math.isnan(low) or math.isnan(high):
+        return SloReading(target, math.nan, math.nan, math.nan, runs, 0, 0.0, UNDECIDED)
+    status = MET if low >= target else MISSED if high < target else UNDECIDED
+    return SloReading(target, rate, low, high, runs, 0, float(runs), status)
+
+
 def run_readings(summary: pd.DataFrame, target: float, metric: str) -> list[SloReading]:
     """One reading per row of a run's summary (its `metric` over its `runs`, Wilson)."""
     readings = []

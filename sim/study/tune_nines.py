@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sim.analysis.slo import MET, UNDECIDED, SloReading, target_text
+from sim.analysis.slo import MET, UNDECIDED, SloReading, miss_reading, target_text
 from sim.model.config import Scenario
 from sim.model.scenario import with_overrides
 from sim.model.words import plural
@@ -64,15 +64,10 @@ class NinesCheck:
 def nines_reading(
     miss: float, lo: float, hi: float, runs: int, target: float, junk: bool
 ) -> SloReading:
-    """A reading from a miss probability and its 95% interval: met / missed / undecided (a
-    `valid_hit_rate` target met on time by a finalist that delivers junk is undecided)."""
-    rate, low, high = 1.0 - miss, 1.0 - hi, 1.0 - lo
-    if math.isnan(rate):
-        return SloReading(target, math.nan, math.nan, math.nan, runs, 0, 0.0, UNDECIDED)
-    status = MET if low >= target else "missed" if high < target else UNDECIDED
-    if junk and status == MET:
-        status = UNDECIDED
-    return SloReading(target, rate, low, high, runs, 0, float(runs), status)
+    """A finalist's reading (`sim.analysis.slo.miss_reading`); a `valid_hit_rate` target met
+    on time by a finalist that delivers junk is undecided."""
+    reading = miss_reading(miss, lo, hi, runs, target)
+    return replace(reading, status=UNDECIDED) if junk and reading.status == MET else reading
 
 
 def check_finalists(

@@ -24,6 +24,7 @@ from sim.analysis.slo import (
     Z95,
     decimals_for,
     judge,
+    miss_reading,
     percent,
     run_readings,
     runs_to_resolve,
@@ -175,6 +176,17 @@ def test_sweep_readings_reuse_the_sweeps_widened_interval() -> None:
     assert readings[1].status == MET  # 99.85% [99.57, 99.95], replications agree
     valid = sweep_readings(pooled, reps, ["x"], 0.99, "valid_hit_rate")
     assert [(r.lo, r.hi) for r in valid] == [(r.lo, r.hi) for r in readings]
+
+
+def test_an_estimated_miss_probability_reads_against_the_target() -> None:
+    # tailsim nines gives P(miss) with its interval: the success share is its complement
+    reading = miss_reading(1.3e-4, 1.1e-4, 1.5e-4, 50_000, 0.9999)
+    assert (reading.rate, reading.lo, reading.hi) == pytest.approx((0.99987, 0.99985, 0.99989))
+    assert reading.estimate == "99.987% [99.985, 99.989]"  # the example
+    assert reading.status == MISSED
+    assert miss_reading(5e-6, 2e-6, 9e-6, 50_000, 0.9999).status == MET
+    assert miss_reading(1e-4, 6e-5, 1.4e-4, 50_000, 0.9999).status == UNDECIDED
+    assert miss_reading(math.nan, math.nan, math.nan, 0, 0.9999).estimate == "n/a"
 
 
 # ---------------------------------------------------------------- the scenario key
