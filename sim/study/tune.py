@@ -78,7 +78,8 @@ class SloPart:
 
     meets: bool
     lower: float
-    junk: bool = False  # some on-time answers were invalid (hit rate > valid hit rate)
+    #: some on-time answers were invalid (hit rate > valid hit rate); not part of the order
+    junk: bool = field(default=False, compare=False)
 
 
 @functools.total_ordering

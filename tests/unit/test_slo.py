@@ -322,6 +322,10 @@ def test_the_search_prefers_the_cheapest_candidate_that_meets_the_target() -> No
     assert max(score(0.05, 0.97, None), score(0.09, 0.999, None)).cost == 0.09
     infeasible = Score(False, 1.0, -0.01, 1.0, 100, SloPart(True, 0.999))
     assert max(infeasible, cheap_miss) == cheap_miss  # the cost cap and quality floor first
+    # junk on time is reported, not ranked: the order and equality agree (no move "improves")
+    same = Score(True, 0.97, -0.05, 1.0, 100, SloPart(False, 0.95, junk=True))
+    assert same == cheap_miss
+    assert not same > cheap_miss
 
 
 def test_tune_honours_the_target_where_the_cheapest_candidate_misses_it(
