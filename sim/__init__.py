@@ -1,6 +1,6 @@
 """tailsim: will a multi-step LLM workflow meet its deadline, at what cost, and will it storm?"""
 
-from sim.api import RunResult, report, run, sweep
+from sim.api import RunResult, nines, report, run, sweep
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
@@ -12,6 +12,7 @@ __all__ = [
     "ScenarioError",
     "__version__",
     "load_scenario",
+    "nines",
     "report",
     "run",
     "sweep",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
@@ -20,6 +20,7 @@ from sim.model.version import __version__
 from sim.output.results import ECDF_FIGURE_POINTS, write_results
 from sim.study import result as study
 from sim.study import runner
+from sim.study.nines import NinesResult, estimate_nines
 from sim.study.points import SweepPoint
 from sim.study.sweep import run_sweep, with_engine
 
@@ -147,3 +148,18 @@ def report(folder: str | Path, out: str | Path | None = None) -> Path:
     from sim.output.report_html import write_report  # noqa: PLC0415 - slow import, on demand
 
     return write_report(Path(folder), Path(out) if out is not None else None)
+
+
+def nines(
+    scenario: Scenario,
+    policies: Sequence[str] | None = None,
+    target_rel_error: float = 0.1,
+    budget_s: float = 60.0,
+    **options: Any,
+) -> NinesResult:
+    """Each policy's deadline-miss probability with its 95% CI by importance sampling, as
+    `tailsim nines` prints it (`.table` is nines.csv); `options` are
+    `sim.study.nines.estimate_nines`'s (seed, method, batch, pilot, attempts, engine, max_runs)."""
+    return estimate_nines(
+        scenario, list(policies) if policies else None, target_rel_error, budget_s, **options
+    )

@@ -11,12 +11,13 @@ Bernoulli probability).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
 
 from sim.model.latency import U_STALL, U_STALL_EXTRA
-from sim.model.tilt import RAISED, SHIFTED, SlotSample, SlotTilt, Tilt
+from sim.model.tilt import RAISED, SHIFTED, SlotSample, SlotTilt, Tilt, log_ratio
 
 #: z of a two-sided 95% interval.
 Z95 = 1.959963984540054
@@ -96,33 +97,100 @@ def cross_entropy_update(
     samples: dict[tuple[str, int], SlotSample],
     elite_weight: np.ndarray,
     smoothing: float = 0.7,
+    groups: dict[str, Hashable] | None = None,
+    row_share: Callable[[tuple[str, int]], np.ndarray] | None = None,
 ) -> Tilt:
     """The next tilt of the cross-entropy method: per slot, the weighted mean of the elite's
     normal scores (the stall length's over stalled elite rows only) and the weighted share of
-    elite rows below each cut, with weights p/q * 1{elite}; mixed with the old tilt by
-    `smoothing` and bounded (|theta| <= THETA_MAX, cut <= mass <= MASS_MAX)."""
-    total = float(elite_weight.sum())
-    if total <= 0:
+    elite rows below each cut, with weights p/q * 1{elite} (times `row_share(slot)`, a
+    mixture's responsibility, if given); mixed with the old tilt by `smoothing` and bounded
+    (|theta| <= THETA_MAX, cut <= mass <= MASS_MAX). Steps of one group in `groups` (alike
+    steps) pool their draws per attempt: one tilt, fitted on all."""
+    if float(elite_weight.sum()) <= 0:
         return tilt
+    sums: dict[Hashable, np.ndarray] = {}  # per pooled slot: numerators and denominators
+    for key, old in tilt.slots.items():
+        u, z = samples[key].uniforms, samples[key].z
+        weight = elite_weight if row_share is None else elite_weight * row_share(key)
+        stalled = u[:, U_STALL] < old.cut[0]
+        row = np.zeros(10)
+        for k, column in enumerate(SHIFTED):
+            w = weight * stalled if column == U_STALL_EXTRA else weight
+            row[2 * k], row[2 * k + 1] = float((w * z[:, k]).sum()), float(w.sum())
+        for k, column in enumerate(RAISED):
+            below = u[:, column] < old.cut[k]
+            row[6 + 2 * k] = float((weight * below).sum())
+            row[7 + 2 * k] = float(weight.sum())
+        pooled = (groups.get(key[0], key[0]) if groups else key[0], key[1])
+        sums[pooled] = sums.get(pooled, 0) + row
     slots: dict[tuple[str, int], SlotTilt] = {}
     for key, old in tilt.slots.items():
-        sample = samples[key]
-        u, z = sample.uniforms, sample.z
-        stalled = u[:, U_STALL] < old.cut[0]
+        row = sums[(groups.get(key[0], key[0]) if groups else key[0], key[1])]
         theta = []
-        for k, column in enumerate(SHIFTED):
-            w = elite_weight * stalled if column == U_STALL_EXTRA else elite_weight
-            fitted = float((w * z[:, k]).sum() / w.sum()) if w.sum() > 0 else 0.0
+        for k in range(len(SHIFTED)):
+            fitted = row[2 * k] / row[2 * k + 1] if row[2 * k + 1] > 0 else 0.0
             new = smoothing * fitted + (1 - smoothing) * old.theta[k]
             theta.append(float(np.clip(new, -THETA_MAX, THETA_MAX)))
         mass = []
-        for k, column in enumerate(RAISED):
+        for k in range(len(RAISED)):
             c = old.cut[k]
-            if c <= 0:
-                mass.append(c)
+            if c <= 0 or row[7 + 2 * k] <= 0:
+                mass.append(old.mass[k])
                 continue
-            fitted = float((elite_weight * (u[:, column] < c)).sum() / total)
+            fitted = row[6 + 2 * k] / row[7 + 2 * k]
             new = smoothing * fitted + (1 - smoothing) * old.mass[k]
             mass.append(float(np.clip(new, c, MASS_MAX)))
         slots[key] = SlotTilt((theta[0], theta[1], theta[2]), old.cut, (mass[0], mass[1]))
+    return Tilt(slots)
+
+
+def jump_update(
+    background: Tilt,
+    jump: Tilt,
+    samples: dict[tuple[str, int], SlotSample],
+    elite_weight: np.ndarray,
+    groups: dict[str, Hashable] | None = None,
+    smoothing: float = 0.7,
+) -> tuple[Tilt, Tilt]:
+    """One cross-entropy (EM) step of the one-big-jump mixture (`jump_components`: no step or
+    one step drawn from `jump`, equally likely): each elite draw's responsibility for "step j
+    jumped" is q_j / sum q over the components; `jump` is refitted on each step's slots weighted
+    by its responsibility, `background` on the rest. While the two are equal the draws cannot
+    tell, so the first step starts from GUESS (the step that looks slowest takes the jump)."""
+    start = jump if jump != background else _guess(background)
+    steps = list(dict.fromkeys(step for step, _ in background.slots))
+    diff = np.zeros((len(steps) + 1, len(elite_weight)))  # row 0: no jump
+    for key in background.slots:
+        gap = log_ratio(start.slots[key], samples[key]) - log_ratio(
+            background.slots[key], samples[key]
+        )
+        diff[1 + steps.index(key[0])] += gap
+    share = np.exp(diff - diff.max(axis=0))
+    share /= share.sum(axis=0)
+    of_step = {step: share[1 + j] for j, step in enumerate(steps)}
+
+    def jumped(key: tuple[str, int]) -> np.ndarray:
+        return of_step[key[0]]
+
+    def not_jumped(key: tuple[str, int]) -> np.ndarray:
+        return 1.0 - of_step[key[0]]
+
+    new_jump = cross_entropy_update(start, samples, elite_weight, smoothing, groups, jumped)
+    new_background = cross_entropy_update(
+        background, samples, elite_weight, smoothing, groups, not_jumped
+    )
+    return new_background, new_jump
+
+
+def _guess(plain: Tilt) -> Tilt:
+    """A first guess of the jump: slower first token and generation, longer and likelier
+    stalls and failures (only to break the symmetry of the first EM step)."""
+    slots = {
+        key: SlotTilt(
+            (1.0, -1.0, 2.0),
+            s.cut,
+            tuple(min(MASS_MAX, 10 * c) if c > 0 else c for c in s.cut),  # type: ignore[arg-type]
+        )
+        for key, s in plain.slots.items()
+    }
     return Tilt(slots)

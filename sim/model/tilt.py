@@ -87,7 +87,7 @@ class SlotSample:
     z: np.ndarray  # (n, 3): Phi^-1 of the SHIFTED columns, before rounding
 
 
-def _log_ratio(s: SlotTilt, sample: SlotSample) -> np.ndarray:
+def log_ratio(s: SlotTilt, sample: SlotSample) -> np.ndarray:
     """log q(x)/p(x) of slot tilt `s` at the drawn slot `sample` (per request)."""
     u, z = sample.uniforms, sample.z
     out = np.zeros(len(u))
@@ -162,8 +162,12 @@ class TiltedDrawBank(CallDrawBank):
                     sample.uniforms[rows], sample.z[rows] = part.uniforms, part.z
             self._uniforms[(key[0], key[1], 0, 0)] = sample.uniforms
             self.samples[key] = sample
+            known: dict[SlotTilt, np.ndarray] = {}  # components share slot tilts: once each
             for k, tilt in enumerate(tilts):
-                log_q[k] += _log_ratio(tilt.slots[key], sample)
+                slot = tilt.slots[key]
+                if slot not in known:
+                    known[slot] = log_ratio(slot, sample)
+                log_q[k] += known[slot]
         self.log_weight = -logsumexp(log_q, axis=0) if keys else np.zeros(n_requests)
 
     @property
@@ -183,6 +187,32 @@ def identity_tilt(keys: list[tuple[str, int]], cuts: dict[str, tuple[float, floa
     return Tilt({k: SlotTilt(cut=cuts[k[0]], mass=cuts[k[0]]) for k in keys})
 
 
+def scaled(tilt: Tilt, scale: float) -> Tilt:
+    """`tilt` at `scale` of its strength: shifts times `scale`, raised masses moved that share
+    of the way from their cuts (1: `tilt` itself; 0: the plain law)."""
+    slots = {
+        key: SlotTilt(
+            tuple(scale * t for t in s.theta),  # type: ignore[arg-type]
+            s.cut,
+            tuple(c + scale * (m - c) for c, m in zip(s.cut, s.mass, strict=True)),  # type: ignore[arg-type]
+        )
+        for key, s in tilt.slots.items()
+    }
+    return Tilt(slots)
+
+
+def jump_components(background: Tilt, jump: Tilt) -> list[Tilt]:
+    """The one-big-jump family: the background tilt everywhere, then for each step the same
+    with that step's slots (all attempts) drawn from `jump` (a chain's overrun is mostly one
+    step's: one component per step that may carry it)."""
+    steps = list(dict.fromkeys(step for step, _ in background.slots))
+    out = [background]
+    for step in steps:
+        slots = {k: (jump.slots[k] if k[0] == step else s) for k, s in background.slots.items()}
+        out.append(Tilt(slots))
+    return out
+
+
 __all__ = [
     "RAISED",
     "SHIFTED",
@@ -192,5 +222,8 @@ __all__ = [
     "Tilt",
     "TiltedDrawBank",
     "identity_tilt",
+    "jump_components",
+    "log_ratio",
+    "scaled",
     "slot_keys",
 ]

@@ -72,22 +72,40 @@ def composition_lines(result: NinesResult) -> list[str]:
 def nines_figure(result: NinesResult) -> Figure:
     """The miss probability per policy with its 95% interval, on a log axis."""
     table = result.table
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * len(table)), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.5 * len(table)), layout="constrained")
     y = np.arange(len(table))[::-1]
     p = table["miss_probability"].to_numpy(float)
     lo, hi = table["ci_lo"].to_numpy(float), table["ci_hi"].to_numpy(float)
-    floor = np.nanmin(np.where(lo > 0, lo, np.nan)) / 3 if (lo > 0).any() else 1e-9
+    positive = np.concatenate((lo[lo > 0], p[p > 0]))
+    floor = float(positive.min()) / 3 if len(positive) else 1e-9
     shown = np.where(p > 0, p, floor)
-    ax.errorbar(shown, y, xerr=[shown - np.maximum(lo, floor), hi - shown], fmt="o", capsize=4)
+    ax.errorbar(
+        shown,
+        y,
+        xerr=[np.maximum(shown - np.maximum(lo, floor), 0), np.maximum(hi - shown, 0)],
+        fmt="o",
+        capsize=4,
+    )
     for yi, pi in zip(y, p, strict=True):
         if not pi > 0:
             ax.annotate("no miss seen", (floor, yi), xytext=(4, 4), textcoords="offset points")
     ax.set_xscale("log")
+    low = math.floor(math.log10(max(floor, float(np.nanmin(np.maximum(lo, floor))))))
+    high = math.ceil(math.log10(max(float(np.nanmax(hi)), 10.0 ** (low + 1))))
+    ax.set_xlim(10.0**low, 10.0**high)
+    for k in range(max(low, -7), min(high, -1) + 1):  # the nines: 99%, 99.9%, ... met
+        ax.axvline(10.0**k, color="0.6", linewidth=0.8, linestyle=":")
+        ax.annotate(
+            f"{100 * (1 - 10.0**k):.{max(0, -k - 2)}f}%", (10.0**k, 1.0),
+            xycoords=("data", "axes fraction"), xytext=(0, 3), textcoords="offset points",
+            fontsize=7, color="0.4", ha="center", rotation=45,
+        )  # fmt: skip
     ax.set_yticks(y, table["policy"])
     ax.set_xlabel("P(miss the deadline) per request, with 95% CI (log scale)")
     ax.set_title(
         f"{result.scenario.name}: deadline {result.scenario.deadline_s:g} s ({result.method})",
         loc="left",
+        pad=16,
     )
     ax.grid(alpha=0.3, which="both", axis="x")
     return fig
@@ -97,7 +115,7 @@ def write_nines(result: NinesResult, folder: Path, figures: bool = True) -> Path
     """Write nines.csv, tilt.txt and figures/nines.png to `folder` atomically."""
     with staged(folder, overwrite=True) as staging:
         result.table.to_csv(staging / "nines.csv", index=False)
-        lines = [f"{name}: {tilt.describe()}" for name, tilt in result.tilts.items()]
+        lines = [f"{name}: {result.describe_tilt(name)}" for name in result.tilts]
         (staging / "tilt.txt").write_text("\n".join(lines or ["none"]) + "\n", encoding="utf-8")
         if figures:
             (staging / "figures").mkdir()

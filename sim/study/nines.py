@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.analysis.weighted import WeightedTally, cross_entropy_update
+from sim.analysis.weighted import WeightedTally, jump_update
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.model.tilt import Tilt, identity_tilt, slot_keys
+from sim.model.tilt import Tilt, identity_tilt, jump_components, slot_keys
 from sim.policy.deadlines import admission_needs_pilot, resolve_expected
 from sim.study.nines_batch import Setup, batch_seed, make_setup, run_batch, stall_seconds
 from sim.study.pilot import needs_pilot, resolve_specs, step_latencies
@@ -33,6 +33,9 @@ from sim.study.runner import chosen_policies
 METHODS = ("importance", "plain")
 #: Share of the nominal law in the mixture: every weight is at most 1 / DEFENSIVE.
 DEFENSIVE = 0.1
+#: The least effective sample size of a policy's misses before its interval is trusted (a
+#: 95% interval from fewer weighted misses covers less often: the weights are skewed).
+MIN_ESS = 1000
 #: Elite share of a cross-entropy level, and the most levels fitted per policy.
 ELITE = 0.1
 MAX_LEVELS = 8
@@ -54,6 +57,7 @@ class PolicyEstimate:
     engine: str = ""
     seconds: float = 0.0
     levels: int = 0  # cross-entropy levels fitted for its tilt
+    pilot_runs: int = 0  # requests its cross-entropy pilot drew
     stalled: float = 0.0  # weighted misses with at least one long first-attempt stall
     stalled_twice: float = 0.0  # ... with two or more
     by_step: np.ndarray | None = None  # weighted misses with a long stall at each step
@@ -69,7 +73,7 @@ class NinesResult:
     target_rel_error: float
     budget_s: float
     estimates: dict[str, PolicyEstimate]
-    tilts: dict[str, Tilt]  # per policy, its component of the mixture
+    tilts: dict[str, tuple[Tilt, Tilt]]  # per policy, its (background, jump) tilts
     steps: list[str]
     long_stall_s: float  # the stall length the composition counts ("longer than")
     fallback: bool = False
@@ -94,13 +98,20 @@ class NinesResult:
                 "fail_ci_lo": flo, "fail_ci_hi": fhi, "misses_seen": e.miss.hits,
                 "ess": e.miss.ess, "max_weight_share": e.miss.max_share,
                 "fallback": self.fallback, "method": self.method, "engine": e.engine,
-                "ce_levels": e.levels,
+                "ce_levels": e.levels, "pilot_runs": e.pilot_runs,
                 "misses_with_long_stall": e.stalled / misses,
                 "misses_with_2_long_stalls": e.stalled_twice / misses,
                 "top_stall_step": self._top_step(e),
-                "tilt": self.tilts[name].describe() if name in self.tilts else "none",
+                "tilt": self.describe_tilt(name),
             })  # fmt: skip
         return pd.DataFrame(rows)
+
+    def describe_tilt(self, name: str) -> str:
+        """Policy `name`'s tilts in words (see `Tilt.describe`)."""
+        if name not in self.tilts:
+            return "none (plain sampling)"
+        background, jump = self.tilts[name]
+        return f"background: {background.describe()} | jump: {jump.describe()}"
 
     def _top_step(self, e: PolicyEstimate) -> str:
         if e.by_step is None or not e.miss.total or not e.by_step.any():
@@ -168,7 +179,7 @@ def estimate_nines(
     event_engine = _probe_engine(setup, names, seed)
     batch = batch or (4_000 if event_engine else 20_000)
     pilot = pilot or (4_000 if event_engine else 10_000)
-    tilts: dict[str, Tilt] = {}
+    tilts: dict[str, tuple[Tilt, Tilt]] = {}
     if method == "importance":
         for i, name in enumerate(names):
             tilts[name] = _fit(setup, name, plain, pilot, batch_seed(seed, 1, i), estimates)
@@ -201,7 +212,10 @@ def estimate_nines(
                                                  seconds=spent)  # fmt: skip
             result.paired.clear()
             continue
-        done = all(e.miss.relative_error <= target_rel_error for e in estimates.values())
+        done = all(
+            e.miss.relative_error <= target_rel_error and e.miss.ess >= MIN_ESS
+            for e in estimates.values()
+        )
         spent = time.perf_counter() - began
         runs = min(e.miss.n for e in estimates.values())
         if done or spent >= budget_s or (max_runs is not None and runs >= max_runs):
@@ -225,34 +239,41 @@ def _probe_engine(setup: Setup, names: list[str], seed: int) -> bool:
 
 def _fit(
     setup: Setup, name: str, start: Tilt, n: int, seed: int, estimates: dict[str, PolicyEstimate]
-) -> Tilt:
-    """Policy `name`'s tilt by the multilevel cross-entropy method: each level draws `n`
-    requests from the current tilt, raises the level to the (1 - ELITE) quantile of the score
-    (latency / deadline, 1 for a miss) capped at the miss, and refits on the elite."""
-    tilt = start
+) -> tuple[Tilt, Tilt]:
+    """Policy `name`'s (background, jump) tilts by the multilevel cross-entropy method on the
+    one-big-jump mixture (`jump_components`): each level draws `n` requests from the current
+    mixture, raises the level to the (1 - ELITE) quantile of the score (latency / deadline, 1
+    for a miss) capped at the miss, and refits on the elite (`jump_update`)."""
+    background = jump = start
     for level in range(MAX_LEVELS):
-        bank, outcomes = run_batch(setup, [name], n, batch_seed(seed, level), [tilt], [1.0])
+        parts = jump_components(background, jump)
+        bank, outcomes = run_batch(
+            setup, [name], n, batch_seed(seed, level), parts, [1.0] * len(parts)
+        )
         o = outcomes[name]
         estimates[name].seconds += o.seconds
         estimates[name].levels = level + 1
+        estimates[name].pilot_runs += n
         gamma = min(1.0, float(np.quantile(o.score, 1 - ELITE)))
         if np.count_nonzero(o.score >= 1.0) >= max(MIN_ELITE_MISSES, ELITE * n / 10):
             gamma = 1.0  # enough misses drawn: fit on the miss itself
         elite = o.score >= gamma
-        tilt = cross_entropy_update(tilt, bank.samples, bank.weight * elite)
+        background, jump = jump_update(
+            background, jump, bank.samples, bank.weight * elite, setup.groups
+        )
         if gamma >= 1.0:
             break
-    return tilt
+    return background, jump
 
 
 def _mixture(
-    plain: Tilt, tilts: dict[str, Tilt], names: list[str]
+    plain: Tilt, tilts: dict[str, tuple[Tilt, Tilt]], names: list[str]
 ) -> tuple[list[Tilt], list[float]]:
-    """The defensive mixture: the nominal law (DEFENSIVE) and each policy's tilt (equal shares);
-    plain sampling without tilts."""
+    """The defensive mixture: the nominal law (DEFENSIVE) and each policy's one-big-jump
+    components (equal shares); plain sampling without tilts."""
     if not tilts:
         return [plain], [1.0]
-    parts = [tilts[name] for name in names]
+    parts = [part for name in names for part in jump_components(*tilts[name])]
     return [plain, *parts], [DEFENSIVE] + [(1 - DEFENSIVE) / len(parts)] * len(parts)
 
 

@@ -34,6 +34,7 @@ class Setup:
     steps: list[str]  # LLM steps, in workflow order
     cuts: dict[str, tuple[float, float]]  # per step: (stall probability, failure probability)
     primary: dict[str, CallLatency]  # per step: the first serving path's latency law
+    groups: dict[str, tuple[str, int, int]]  # alike steps (model, tokens in and out): one tilt
 
 
 @dataclass
@@ -54,7 +55,7 @@ def make_setup(scenario: Scenario, names: list[str], specs: dict, expected: dict
     (error + invalid) probabilities of the paths serving its model (any cut keeps the estimate
     unbiased; one at the step's own probability makes the raise a plain Bernoulli tilt)."""
     laws = serving_latencies(scenario)
-    steps, cuts, primary = [], {}, {}
+    steps, cuts, primary, groups = [], {}, {}, {}
     for step in scenario.workflow.steps:
         if step.kind == "tool":
             continue
@@ -66,7 +67,8 @@ def make_setup(scenario: Scenario, names: list[str], specs: dict, expected: dict
         fail = max(law.error_rate + law.invalid_rate for law in paths)
         cuts[step.id] = (float(stall), float(fail))
         primary[step.id] = paths[0]
-    return Setup(scenario, names, specs, expected, engine, steps, cuts, primary)
+        groups[step.id] = (step.model, step.input_tokens, step.output_tokens)
+    return Setup(scenario, names, specs, expected, engine, steps, cuts, primary, groups)
 
 
 def batch_seed(seed: int, *parts: int) -> int:
