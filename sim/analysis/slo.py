@@ -77,6 +77,7 @@ class SloReading:
     misses: int
     effective_runs: float
     status: str
+    why: str = ""  # why undecided, where not because the CI straddles the target
 
     @property
     def estimate(self) -> str:
@@ -95,7 +96,7 @@ class SloReading:
         """met, missed, 'undecided: CI straddles 99.99%' or 'not resolved: run `tailsim
         nines`' (with the runs a plain sample would need)."""
         if self.status == UNDECIDED:
-            return f"undecided: CI straddles {target_text(self.target)}"
+            return f"undecided: {self.why or 'CI straddles ' + target_text(self.target)}"
         if self.status == UNRESOLVED:
             need = runs_to_resolve(self.target)
             return f"not resolved: {NINES_HINT} (plain runs need >= {need:,})"

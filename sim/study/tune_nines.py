@@ -11,7 +11,9 @@ reading against the target (success share 1 - p, interval [1 - hi, 1 - lo]), and
 (on the search's plain cost) that meets it wins; where none does, the one with the highest
 lower end. The estimator counts misses of the deadline (late or failed runs): for a
 `valid_hit_rate` SLO a finalist that delivered an invalid answer on the search's draws cannot
-be shown to meet it this way, and stays undecided.
+be shown to meet it this way, and stays undecided; so does one whose estimate has not
+converged (relative error above 0.5 when the budget ran out: a normal interval on a handful of
+weighted misses is too weak to certify a target with).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from sim.study.tune import TUNED, Score, policy_mapping
 #: Default wall-time budget of the finalists' estimate, seconds, and its relative error goal.
 BUDGET_S = 60.0
 REL_ERROR = 0.1
+#: The largest relative error (95% half-width / estimate) at which a met target is believed.
+TRUSTED_REL_ERROR = 0.5
 
 
 @dataclass
@@ -62,12 +66,22 @@ class NinesCheck:
 
 
 def nines_reading(
-    miss: float, lo: float, hi: float, runs: int, target: float, junk: bool
+    miss: float, lo: float, hi: float, runs: int, target: float, *, junk: bool, rel_error: float
 ) -> SloReading:
-    """A finalist's reading (`sim.analysis.slo.miss_reading`); a `valid_hit_rate` target met
-    on time by a finalist that delivers junk is undecided."""
+    """A finalist's reading (`sim.analysis.slo.miss_reading`), where a met target is only
+    undecided if the estimate has not converged (its relative error above
+    `TRUSTED_REL_ERROR`: a normal interval on a handful of weighted misses is not one to
+    certify with) or, for a `valid_hit_rate` target, the finalist delivered junk on time."""
     reading = miss_reading(miss, lo, hi, runs, target)
-    return replace(reading, status=UNDECIDED) if junk and reading.status == MET else reading
+    if reading.status != MET:
+        return reading
+    if junk:
+        why = "invalid answers on time in the search; `tailsim nines` counts deadline misses only"
+        return replace(reading, status=UNDECIDED, why=why)
+    if math.isfinite(rel_error) and rel_error > TRUSTED_REL_ERROR:
+        why = f"estimate not converged (relative error {rel_error:.2f}); more --nines-budget-s"
+        return replace(reading, status=UNDECIDED, why=why)
+    return reading
 
 
 def check_finalists(
@@ -100,7 +114,8 @@ def check_finalists(
                 float(row["ci_hi"]),
                 int(row["runs"]),
                 target,
-                junk,
+                junk=junk,
+                rel_error=float(row.get("rel_error", math.nan)),
             )
         )
     costs = [score.cost for _, score in finalists]

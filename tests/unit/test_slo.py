@@ -377,11 +377,18 @@ def test_cli_tune_slo_target_writes_the_target_and_shows_the_verdicts(tmp_path: 
 class _Estimate:
     """What `estimate_nines` returns, as far as the finalists' check reads it."""
 
-    def __init__(self, rows: list[tuple[str, float, float, float]]) -> None:
+    def __init__(self, rows: list[tuple[str, float, float, float, float]]) -> None:
         self.table = pd.DataFrame(
             [
-                {"policy": p, "miss_probability": m, "ci_lo": lo, "ci_hi": hi, "runs": 10_000}
-                for p, m, lo, hi in rows
+                {
+                    "policy": p,
+                    "miss_probability": m,
+                    "ci_lo": lo,
+                    "ci_hi": hi,
+                    "runs": 10_000,
+                    "rel_error": rel,
+                }
+                for p, m, lo, hi, rel in rows
             ]
         )
         self.method = "importance"
@@ -400,19 +407,22 @@ def _finalists(costs: list[float], junk: list[bool]) -> list[tuple[dict[str, Any
     ("misses", "junk", "kept", "statuses"),
     [
         # the cheapest misses 99.99%, the next meets it (CI [99.998, 99.9995]): kept
-        ([(1e-3, 8e-4, 1.2e-3), (1e-5, 5e-6, 2e-5), (2e-6, 1e-6, 4e-6)], [False] * 3, 1,
-         [MISSED, MET, MET]),
+        ([(1e-3, 8e-4, 1.2e-3, .1), (1e-5, 5e-6, 2e-5, .1), (2e-6, 1e-6, 4e-6, .1)], [False] * 3,
+         1, [MISSED, MET, MET]),
         # ... unless it delivered junk on time and the SLO counts valid hits: then the next
-        ([(1e-3, 8e-4, 1.2e-3), (1e-5, 5e-6, 2e-5), (2e-6, 1e-6, 4e-6)], [False, True, False],
-         2, [MISSED, UNDECIDED, MET]),
+        ([(1e-3, 8e-4, 1.2e-3, .1), (1e-5, 5e-6, 2e-5, .1), (2e-6, 1e-6, 4e-6, .1)],
+         [False, True, False], 2, [MISSED, UNDECIDED, MET]),
+        # ... or its estimate has not converged (relative error 0.64 > 0.5): then the next
+        ([(1e-3, 8e-4, 1.2e-3, .1), (1e-5, 4e-6, 1.6e-5, .64), (2e-6, 1e-6, 4e-6, .1)],
+         [False] * 3, 2, [MISSED, UNDECIDED, MET]),
         # none meets it: the one with the highest lower end, whatever it costs
-        ([(1e-3, 8e-4, 1.2e-3), (2e-4, 1.5e-4, 3e-4), (1e-4, 5e-5, 1.5e-4)], [False] * 3, 2,
-         [MISSED, MISSED, UNDECIDED]),
+        ([(1e-3, 8e-4, 1.2e-3, .1), (2e-4, 1.5e-4, 3e-4, .1), (1e-4, 5e-5, 1.5e-4, .1)],
+         [False] * 3, 2, [MISSED, MISSED, UNDECIDED]),
     ],
 )  # fmt: skip
 def test_the_finalists_check_keeps_the_cheapest_that_nines_shows_meeting_the_target(
     monkeypatch: pytest.MonkeyPatch,
-    misses: list[tuple[float, float, float]],
+    misses: list[tuple[float, float, float, float]],
     junk: list[bool],
     kept: int,
     statuses: list[str],
@@ -431,6 +441,9 @@ def test_the_finalists_check_keeps_the_cheapest_that_nines_shows_meeting_the_tar
     assert index == kept
     assert [r.status for r in check.readings] == statuses
     assert "<- kept as `tuned`" in tune_nines.check_lines(check)[kept + 1]
+    if statuses[1] == UNDECIDED:  # said why, not "CI straddles"
+        assert "straddles" not in check.readings[1].verdict
+        assert check.readings[1].verdict.startswith("undecided: ")
 
 
 def test_tune_asks_the_check_only_where_plain_runs_cannot_resolve_the_target() -> None:
