@@ -36,6 +36,8 @@ DEFENSIVE = 0.1
 #: The least effective sample size of a policy's misses before its interval is trusted (a
 #: 95% interval from fewer weighted misses covers less often: the weights are skewed).
 MIN_ESS = 1000
+#: Share of the budget the cross-entropy pilots may take (each level runs to its end).
+PILOT_SHARE = 0.5
 #: Elite share of a cross-entropy level, and the most levels fitted per policy.
 ELITE = 0.1
 MAX_LEVELS = 8
@@ -182,7 +184,8 @@ def estimate_nines(
     tilts: dict[str, tuple[Tilt, Tilt]] = {}
     if method == "importance":
         for i, name in enumerate(names):
-            tilts[name] = _fit(setup, name, plain, pilot, batch_seed(seed, 1, i), estimates)
+            until = began + budget_s * PILOT_SHARE * (i + 1) / len(names)
+            tilts[name] = _fit(setup, name, plain, pilot, batch_seed(seed, 1, i), estimates, until)
     result = NinesResult(scenario, seed, method, target_rel_error, budget_s, estimates, tilts,
                          setup.steps, _long_stall(setup))  # fmt: skip
     result.pilot_seconds = time.perf_counter() - began
@@ -238,14 +241,20 @@ def _probe_engine(setup: Setup, names: list[str], seed: int) -> bool:
 
 
 def _fit(
-    setup: Setup, name: str, start: Tilt, n: int, seed: int, estimates: dict[str, PolicyEstimate]
+    setup: Setup,
+    name: str,
+    start: Tilt,
+    n: int,
+    seed: int,
+    estimates: dict[str, PolicyEstimate],
+    until: float = math.inf,
 ) -> tuple[Tilt, Tilt]:
     """Policy `name`'s (background, jump) tilts by the multilevel cross-entropy method on the
     one-big-jump mixture (`jump_components`): each level draws `n` requests from the current
     mixture, raises the level to the (1 - ELITE) quantile of the score (latency / deadline, 1
     for a miss) capped at the miss, and refits on the elite (`jump_update`)."""
     background = jump = start
-    for level in range(MAX_LEVELS):
+    for level in range(MAX_LEVELS):  # stops early past `until` (the pilot's share of the budget)
         parts = jump_components(background, jump)
         bank, outcomes = run_batch(
             setup, [name], n, batch_seed(seed, level), parts, [1.0] * len(parts)
@@ -261,7 +270,7 @@ def _fit(
         background, jump = jump_update(
             background, jump, bank.samples, bank.weight * elite, setup.groups
         )
-        if gamma >= 1.0:
+        if gamma >= 1.0 or time.perf_counter() > until:
             break
     return background, jump
 
