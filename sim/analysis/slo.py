@@ -139,15 +139,28 @@ def judge(
     return SloReading(target, rate, lo, hi, runs, runs - successes, n_eff, status)
 
 
-def miss_reading(miss: float, lo: float, hi: float, runs: int, target: float) -> SloReading:
+#: The largest relative error (95% half-width / estimate) of an estimator at which a target is
+#: believed met: a normal interval over a handful of weighted misses is too weak to certify.
+TRUSTED_REL_ERROR = 0.5
+
+
+def miss_reading(
+    miss: float, lo: float, hi: float, runs: int, target: float, rel_error: float = math.nan
+) -> SloReading:
     """The reading of an estimated miss probability with its 95% interval [lo, hi] (e.g. by
     importance sampling, `tailsim nines`): success share 1 - miss in [1 - hi, 1 - lo]; met,
-    missed or undecided by the same rule (an estimator's interval has no "not resolved")."""
+    missed or undecided by the same rule (an estimator's interval has no "not resolved"),
+    except that a target met by an estimate whose `rel_error` exceeds `TRUSTED_REL_ERROR` is
+    undecided (not converged)."""
     rate, low, high = 1.0 - miss, 1.0 - hi, 1.0 - lo
     if math.isnan(rate) or math.isnan(low) or math.isnan(high):
         return SloReading(target, math.nan, math.nan, math.nan, runs, 0, 0.0, UNDECIDED)
     status = MET if low >= target else MISSED if high < target else UNDECIDED
-    return SloReading(target, rate, low, high, runs, 0, float(runs), status)
+    why = ""
+    if status == MET and math.isfinite(rel_error) and rel_error > TRUSTED_REL_ERROR:
+        status = UNDECIDED
+        why = f"estimate not converged (relative error {rel_error:.2f}); give it more time"
+    return SloReading(target, rate, low, high, runs, 0, float(runs), status, why)
 
 
 def run_readings(summary: pd.DataFrame, target: float, metric: str) -> list[SloReading]:

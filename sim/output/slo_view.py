@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from sim.analysis.slo import (
     MISSED,
     UNDECIDED,
     SloReading,
+    miss_reading,
     run_readings,
     slo_header,
     slo_lines,
@@ -88,6 +90,50 @@ def sweep_view(
     labels = [[str(row[k]) for k in [*keys, "policy"]] for row in aggregate.to_dict("records")]
     readings = sweep_readings(aggregate, replications, keys, target, metric)
     return SloView(target, metric, list(keys), labels, readings)
+
+
+def nines_view(table: pd.DataFrame, slo: tuple[float, str] | None) -> SloView | None:
+    """The SLO view of a `tailsim nines` table (None without an SLO): the success share is
+    1 - P(miss), a miss being a late or failed run, so it is read as the hit rate whatever
+    the scenario's metric (`nines_note` says so where that differs)."""
+    if slo is None:
+        return None
+    target, _metric = slo
+    readings = [
+        miss_reading(
+            float(row["miss_probability"]),
+            float(row["ci_lo"]),
+            float(row["ci_hi"]),
+            int(row["runs"]),
+            target,
+            float(row.get("rel_error", math.nan)),
+        )
+        for row in table.to_dict("records")
+    ]
+    labels = [[str(p)] for p in table["policy"]]
+    return SloView(target, "hit_rate", [], labels, readings)
+
+
+def nines_note(scenario: Scenario) -> str | None:
+    """What a `tailsim nines` SLO table does not count, for a valid-hit SLO on a scenario where
+    an answer delivered on time may be invalid; else None."""
+    slo = scenario.slo
+    if slo is None or slo.metric == "hit_rate":
+        return None
+    steps = scenario.workflow.steps
+    junk_on_time = (  # a validator letting junk pass, a cut or drawn answer length, a floor
+        scenario.quality_floor > 0
+        or scenario.hardness is not None
+        or any(s.validator is not None or s.max_tokens is not None for s in steps)
+        or any(not isinstance(s.output_tokens, int) for s in steps)
+    )
+    if not junk_on_time:
+        return None
+    return (
+        "note: the scenario's SLO counts valid hits; `tailsim nines` estimates deadline misses "
+        "(late or failed runs), not invalid answers delivered on time: the valid-hit share is "
+        "at most the hit rate above (see `tailsim run`)"
+    )
 
 
 def folder_view(folder: Path) -> SloView | None:

@@ -33,8 +33,6 @@ from sim.study.tune import TUNED, Score, policy_mapping
 #: Default wall-time budget of the finalists' estimate, seconds, and its relative error goal.
 BUDGET_S = 60.0
 REL_ERROR = 0.1
-#: The largest relative error (95% half-width / estimate) at which a met target is believed.
-TRUSTED_REL_ERROR = 0.5
 
 
 @dataclass
@@ -68,18 +66,12 @@ class NinesCheck:
 def nines_reading(
     miss: float, lo: float, hi: float, runs: int, target: float, *, junk: bool, rel_error: float
 ) -> SloReading:
-    """A finalist's reading (`sim.analysis.slo.miss_reading`), where a met target is only
-    undecided if the estimate has not converged (its relative error above
-    `TRUSTED_REL_ERROR`: a normal interval on a handful of weighted misses is not one to
-    certify with) or, for a `valid_hit_rate` target, the finalist delivered junk on time."""
-    reading = miss_reading(miss, lo, hi, runs, target)
-    if reading.status != MET:
-        return reading
-    if junk:
+    """A finalist's reading (`sim.analysis.slo.miss_reading`: a met target from an estimate
+    that has not converged is undecided), where a `valid_hit_rate` target met on time by a
+    finalist that delivered junk in the search is undecided too."""
+    reading = miss_reading(miss, lo, hi, runs, target, rel_error)
+    if junk and reading.status == MET:
         why = "invalid answers on time in the search; `tailsim nines` counts deadline misses only"
-        return replace(reading, status=UNDECIDED, why=why)
-    if math.isfinite(rel_error) and rel_error > TRUSTED_REL_ERROR:
-        why = f"estimate not converged (relative error {rel_error:.2f}); more --nines-budget-s"
         return replace(reading, status=UNDECIDED, why=why)
     return reading
 

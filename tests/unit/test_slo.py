@@ -33,6 +33,7 @@ from sim.analysis.slo import (
 )
 from sim.cli import main
 from sim.model.scenario import scenario_from_dict
+from sim.output.slo_view import nines_note, nines_view
 from sim.output.store import fingerprint
 from sim.study import tune_nines
 from sim.study.tune import Evaluator, Score, SloPart, tune
@@ -462,3 +463,49 @@ def test_tune_asks_the_check_only_where_plain_runs_cannot_resolve_the_target() -
     # 40 requests can show 90% met (35 needed): plain runs decide, no check
     tune(scenario, requests=40, slo=(0.9, "valid_hit_rate"), check=check)
     assert len(calls) == 1
+
+
+# ---------------------------------------------------------------- `tailsim nines` with an SLO
+
+
+def test_a_nines_table_reads_against_the_scenarios_target() -> None:
+    table = pd.DataFrame(
+        {
+            "policy": ["race", "hedge", "fresh"],
+            "miss_probability": [5e-6, 2.8e-4, 1e-5],
+            "ci_lo": [4e-6, 2.5e-4, 4e-6],
+            "ci_hi": [6e-6, 3.1e-4, 1.6e-5],
+            "runs": [12_000] * 3,
+            "rel_error": [0.1, 0.1, 0.64],
+        }
+    )
+    view = nines_view(table, (0.9999, "valid_hit_rate"))
+    assert view is not None
+    assert [r.status for r in view.readings] == [MET, MISSED, UNDECIDED]
+    assert view.readings[0].estimate == "99.999% [99.999, 99.9996]"  # 100.000 never shown
+    assert "not converged (relative error 0.64)" in view.readings[2].verdict
+    assert nines_view(table, None) is None
+
+
+def test_the_nines_note_appears_only_where_valid_hits_can_fall_below_hits(
+    contract_data: dict[str, Any],
+) -> None:
+    plain = scenario_from_dict({**contract_data, "slo": {"target": 0.999}})
+    assert nines_note(plain) is None  # nothing can deliver junk on time: hits are valid hits
+    floor = scenario_from_dict({**contract_data, "slo": {"target": 0.999}, "quality_floor": 0.5})
+    assert "not invalid answers" in (nines_note(floor) or "")
+    counted = {**contract_data, "slo": {"target": 0.999, "metric": "hit_rate"}}
+    assert nines_note(scenario_from_dict({**counted, "quality_floor": 0.5})) is None
+
+
+def test_cli_nines_prints_the_verdicts_of_the_scenarios_slo(tmp_path: Path) -> None:
+    import yaml  # noqa: PLC0415
+
+    chain = Path(__file__).resolve().parents[1] / "data" / "nines-chain.yaml"
+    data = yaml.safe_load(chain.read_text(encoding="utf-8"))
+    path = tmp_path / "chain.yaml"
+    path.write_text(yaml.safe_dump({**data, "slo": {"target": 0.9999}}), encoding="utf-8")
+    args = ["nines", str(path), "--budget-s", "1", "--no-plot", "--out", str(tmp_path / "n")]
+    got = CliRunner().invoke(main, args)
+    assert got.exit_code == 0, got.output
+    assert "SLO 99.99%: hit rate [95% CI]" in got.output  # the miss is ~1.2e-5: four nines
