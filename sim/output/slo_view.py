@@ -1,8 +1,8 @@
 """A scenario's SLO as people read it: a small table under a run's or a sweep's comparison (and
-in `explain`, `report`, `tune`), one row per policy (per swept point), the success share as
-nines with its 95% interval and met / missed / undecided / not resolved. Rendering only; the
-readings come from `sim.analysis.slo`, the target from the scenario (or a folder's resolved
-copy of it)."""
+in `explain`, `report`, `tune`, `nines`), one row per policy (per swept point), the success
+share as nines with its 95% interval and met / missed / undecided / not resolved. Rendering
+only; the readings come from `sim.analysis.slo`, the target from the scenario (or a folder's
+resolved copy of it)."""
 
 from __future__ import annotations
 
