@@ -11,6 +11,7 @@ import click
 from sim.cli.common import bad_input_exits, out, summary_table
 from sim.output.explain import breakdown_table, read_breakdown
 from sim.output.results import read_result_tables
+from sim.output.slo_view import folder_view, slo_table
 
 
 @click.command()
@@ -41,6 +42,9 @@ def report(folder: Path, out_file: Path | None) -> None:
 
     with bad_input_exits():
         path = write_report(folder, out_file)
+    view = folder_view(folder)
+    if view is not None:  # the verdicts in text too, not only inside the page
+        out.print(slo_table(view))
     out.print(f"report: {path}", markup=False)
 
 
@@ -64,4 +68,7 @@ def explain(folder: Path) -> None:
         reasons = read_breakdown(folder)
         seed = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("seed", "?")
     out.print(summary_table(tables.summary, tables.deadline_s, seed))
+    view = folder_view(folder)
+    if view is not None:
+        out.print(slo_table(view))
     out.print(breakdown_table(reasons))

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sim.cli.common import bad_input_exits, err, load, out, policy_names
 from sim.output.results import check_writable, default_folder
+from sim.output.slo_view import nines_note, nines_view, scenario_slo, slo_table
 from sim.study.runner import chosen_policies
 
 if TYPE_CHECKING:
@@ -78,6 +79,12 @@ def nines(
         )  # fmt: skip
         write_nines(result, folder, figures=not no_plot)
     out.print(_table(result, as_nines))
+    slo = scenario_slo(spec)  # the scenario's `slo: {target}`: the verdicts (sim.output.slo_view)
+    view = nines_view(result.table, slo)
+    if view is not None:
+        out.print(slo_table(view))
+        for note in filter(None, [nines_note(spec)]):
+            out.print(note, markup=False)
     for line in comparison_lines(result) + composition_lines(result):
         out.print(line, markup=False)
     if result.tilts:

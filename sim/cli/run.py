@@ -27,6 +27,7 @@ from sim.model.config import Scenario
 from sim.model.words import plural
 from sim.output.explain import breakdown_table
 from sim.output.results import FIGURE, check_writable, default_folder, run_files, write_results
+from sim.output.slo_view import run_view, scenario_slo, slo_table
 from sim.study.progress_lines import ProgressLines
 from sim.study.runner import chosen_policies
 
@@ -104,6 +105,9 @@ def run(
         )
     if not quiet:
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
+        view = run_view(result.summary, scenario_slo(spec))
+        if view is not None:
+            out.print(slo_table(view))
         out.print(breakdown_table(result.breakdown))
         out.print(engines_line(result.engines, result.engine_notes), markup=False)
         out.print(f"results: {folder}/ ({_listing(folder)})", markup=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from sim.cli.common import bad_input_exits, err, load, num, out, policy_names
 from sim.output.results import check_writable, default_folder, write_stress_results
+from sim.output.slo_view import run_view, slo_table
 from sim.study.runner import chosen_policies
 
 
@@ -45,6 +47,20 @@ from sim.study.runner import chosen_policies
     default=0.0,
     help="Floor on the mean quality of delivered runs (default: none).",
 )
+@click.option(
+    "--slo-target",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Find the cheapest candidate whose 95% CI of the success share is wholly at or above "
+    "this (0.9999: four nines); default: the scenario's `slo`, else the highest valid hit rate.",
+)
+@click.option(
+    "--nines-budget-s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="With an SLO plain runs of --requests cannot resolve: seconds for `tailsim nines` "
+    "(importance sampling) to judge the search's finalists; 0: plain runs only.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print no table or progress.")
 def tune_command(
     scenario: Path,
@@ -53,10 +69,13 @@ def tune_command(
     seed: int | None,
     max_cost: float | None,
     min_quality: float,
+    slo_target: float | None,
+    nines_budget_s: float,
     quiet: bool,
 ) -> None:
     """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
     from sim.study.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
+    from sim.study.tune_nines import check_finalists, check_lines  # noqa: PLC0415
 
     with bad_input_exits(), _tune_progress(quiet) as tick:
         outcome = run_tune(
@@ -67,9 +86,17 @@ def tune_command(
             max_cost=max_cost,
             min_quality=min_quality,
             progress=tick,
+            slo_target=slo_target,
+            check=partial(check_finalists, budget_s=nines_budget_s) if nines_budget_s else None,
         )
     if not quiet:
         out.print(tune_table(outcome.comparison, outcome.note))
+        if outcome.result.check is not None:
+            for line in check_lines(outcome.result.check):
+                out.print(line, markup=False)
+        view = run_view(outcome.comparison, outcome.slo)
+        if view is not None:
+            out.print(slo_table(view))
         out.print(f"written: {out_file} (run it with: tailsim run {out_file})", markup=False)
 
 

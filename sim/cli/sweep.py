@@ -42,6 +42,7 @@ from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import with_overrides
 from sim.model.words import percent_interval, plural
+from sim.output.slo_view import scenario_slo, slo_table, sweep_view
 from sim.output.store import SweepStore, default_sweep_folder
 from sim.study.executors import EXECUTORS, Executor, WorkersLostError
 from sim.study.points import SweepPoint
@@ -112,6 +113,10 @@ def sweep(
         )
     if not quiet:
         out.print(sweep_table(result.aggregate, result.keys))
+        slo = scenario_slo(spec)
+        view = sweep_view(result.aggregate, result.summary, result.keys, slo)
+        if view is not None:
+            out.print(slo_table(view))
         files = "summary.csv, replications.csv, requests.parquet, scenario.resolved.yaml" + (
             "" if no_plot else ", figures/"
         )

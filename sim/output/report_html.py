@@ -18,6 +18,7 @@ import pandas as pd
 from sim.analysis.reading import read_policies, read_sweep
 from sim.model.words import percent_interval, plural
 from sim.output.plots import folder_figures, png_bytes
+from sim.output.slo_view import folder_view, slo_html
 from sim.output.store import write_atomic
 
 CAPTIONS = {
@@ -88,6 +89,9 @@ def render(folder: Path) -> str:
         name = run.get("scenario", folder.name)
         meta = f"run: {plural(run.get('requests'), 'request')}, seed {run.get('seed')}"
         reading = read_policies(summary)
+    slo = folder_view(folder)
+    if slo is not None:
+        reading += slo.lines()
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -104,6 +108,7 @@ def render(folder: Path) -> str:
         '<p class="meta">Hit rate: runs answered within the deadline, 95% interval in '
         "brackets. $/success: every billed call over delivered answers. Definitions: "
         "docs/metrics.md.</p></section>",
+        *([slo_html(slo)] if slo is not None else []),
         '<section id="figures"><h2>Figures</h2>',
         *[_figure(stem, png_bytes(fig)) for stem, fig in folder_figures(folder)],
         "</section>",

@@ -56,10 +56,11 @@ def fingerprint(
     """What makes two sweeps the same: everything that can change a point's numbers, resolved
     (so `-n 300` equals a scenario's own `requests: 300`): the scenario with every default
     explicit (seed, sweep grid and replications included), the bytes of the files it reads,
-    the requests, the policies in order, the engine override and which tables a point keeps."""
+    the requests, the policies in order, the engine override and which tables a point keeps.
+    Not the `slo`: it changes no number, only how the pooled tables are read."""
     data = {
         "format": FORMAT,
-        "scenario": resolved_data(scenario),
+        "scenario": {k: v for k, v in resolved_data(scenario).items() if k != "slo"},
         "files": _file_hashes(scenario),
         "requests": requests if requests is not None else scenario.requests,
         "policies": chosen_policies(scenario, policies),

@@ -19,6 +19,7 @@ every threshold in seconds, so `tailsim run FILE` runs exactly what was scored.
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import qmc
 
+from sim.analysis.slo import MET, judge, runs_to_resolve, target_text
 from sim.engine.simulation import Simulation, serving_latencies
 from sim.model.arrivals import arrival_times
 from sim.model.config import AdaptivePolicy, Scenario
@@ -69,19 +71,47 @@ class Knobs:
     reserve_scale: float = 1.0  # times the pilot's median path after each step
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
+class SloPart:
+    """A candidate against an SLO target: whether the 95% Wilson interval of its success share
+    lies wholly at or above the target, and that interval's lower end."""
+
+    meets: bool
+    lower: float
+    #: some on-time answers were invalid (hit rate > valid hit rate); not part of the order
+    junk: bool = field(default=False, compare=False)
+
+
+@functools.total_ordering
+@dataclass(frozen=True)
 class Score:
-    """How a candidate did on n requests; orders by (feasible, valid hit rate, -cost)."""
+    """How a candidate did on n requests; orders by (feasible, valid hit rate, -cost), or with
+    an SLO by (feasible, meets the target, then -cost if it does, else the interval's lower end)
+    : the cheapest candidate that meets the target, else the one closest to meeting it."""
 
     feasible: bool
     valid_hit_rate: float
     neg_cost: float
     quality: float = field(compare=False)
     n: int = field(compare=False)
+    slo: SloPart | None = None
 
     @property
     def cost(self) -> float:
         return -self.neg_cost
+
+    def key(self) -> tuple[float, ...]:
+        """What the search maximises (see the class docstring)."""
+        if self.slo is None:
+            return (self.feasible, self.valid_hit_rate, self.neg_cost)
+        if self.slo.meets:
+            return (self.feasible, True, self.neg_cost, self.slo.lower, self.valid_hit_rate)
+        return (self.feasible, False, self.slo.lower, self.neg_cost, self.valid_hit_rate)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Score):
+            return NotImplemented
+        return self.key() < other.key()
 
 
 @dataclass
@@ -92,6 +122,15 @@ class TuneResult:
     score: Score
     evaluations: int
     step_specs: dict[str, dict[str, Any]]  # what was scored, per step
+    check: Any = None  # what `check` (the finalists by `tailsim nines`) found, if it ran
+
+
+#: How many finalists a `FinalistCheck` judges, and what it is: (scenario, per finalist its
+#: step specs and search score, slo) -> (index of the one to keep, a report of the check).
+FINALISTS = 4
+FinalistCheck = Callable[
+    [Scenario, list[tuple[dict[str, dict[str, Any]], Score]], tuple[float, str]], tuple[int, Any]
+]
 
 
 def search_seed(seed: int) -> int:
@@ -109,8 +148,10 @@ class Evaluator:
         requests: int,
         max_cost: float | None,
         min_quality: float,
+        slo: tuple[float, str] | None = None,
     ) -> None:
         self.scenario = scenario
+        self.slo = slo  # (target, metric): search against it (see Score)
         self.workflow = Workflow.from_scenario(scenario)
         self.steps = self.workflow.steps
         self.pilot = step_latencies(scenario, seed, first_token=True)
@@ -176,7 +217,14 @@ class Evaluator:
         feasible = (self.max_cost is None or cost <= self.max_cost) and (
             self.min_quality <= 0 or (not math.isnan(quality) and quality >= self.min_quality)
         )
-        return Score(feasible, valid_hit, -cost, quality, n)
+        slo = None
+        if self.slo is not None:
+            target, metric = self.slo
+            hits = sum(r.valid_hit if metric == "valid_hit_rate" else r.ok for r in runs)
+            reading = judge(hits, len(runs), target)
+            junk = any(r.ok and not r.valid_hit for r in runs)
+            slo = SloPart(reading.status == MET, reading.lo, junk)
+        return Score(feasible, valid_hit, -cost, quality, n, slo)
 
 
 def tune(
@@ -187,22 +235,37 @@ def tune(
     max_cost: float | None = None,
     min_quality: float = 0.0,
     progress: Progress | None = None,
+    slo: tuple[float, str] | None = None,
+    check: FinalistCheck | None = None,
 ) -> TuneResult:
-    """Search the tuned policy of `scenario` (see the module docstring)."""
+    """Search the tuned policy of `scenario` (see the module docstring); with `slo` (target,
+    metric), the cheapest that meets the target (see `Score`). Where `requests` are too few for
+    plain runs to show the target met, `check` (`sim.study.tune_nines`) judges the best few
+    finalists otherwise (by importance sampling) and picks among them."""
     root = scenario.seed if seed is None else seed
-    ev = Evaluator(scenario, search_seed(root), requests, max_cost, min_quality)
+    ev = Evaluator(scenario, search_seed(root), requests, max_cost, min_quality, slo)
     tell = progress or (lambda _stage, _done, _total: None)
     space = _Space(scenario, ev.steps)
     candidates = space.sobol(SOBOL_POINTS, root) + space.anchors()
-    best_knobs, best = _successive_halving(ev, candidates, requests, tell)
+    best_knobs, best, last_rung = _successive_halving(ev, candidates, requests, tell)
     best_knobs, best = _pattern_search(ev, space, best_knobs, best, tell)
+    found = None
+    if slo is not None and check is not None and requests < runs_to_resolve(slo[0]):
+        distinct: dict[Knobs, Score] = {}
+        for knobs, score in [(best_knobs, best), *last_rung]:
+            distinct.setdefault(knobs, score)
+        finalists = list(distinct.items())[:FINALISTS]
+        tell(f"tailsim nines on {plural(len(finalists), 'finalist')}", 0, 1)
+        pick, found = check(scenario, [(ev.step_specs(k), score) for k, score in finalists], slo)
+        best_knobs, best = finalists[pick]
     specs = ev.step_specs(best_knobs)
-    return TuneResult(policy_mapping(specs), best, ev.evaluations, specs)
+    return TuneResult(policy_mapping(specs), best, ev.evaluations, specs, found)
 
 
 def _successive_halving(
     ev: Evaluator, candidates: list[Knobs], requests: int, tell: Progress
-) -> tuple[Knobs, Score]:
+) -> tuple[Knobs, Score, list[tuple[Knobs, Score]]]:
+    """The best candidate, its score, and the last rung's candidates, best first."""
     rungs = [max(20, requests // 4), max(20, requests // 2), requests]
     alive = list(dict.fromkeys(candidates))
     total = sum(
@@ -220,7 +283,7 @@ def _successive_halving(
         scored.sort(reverse=True)
         if k + 1 < len(rungs):
             alive = [c for _, _, c in scored[: max(1, math.ceil(len(scored) * KEEP))]]
-    return scored[0][2], scored[0][0]
+    return scored[0][2], scored[0][0], [(knobs, score) for score, _, knobs in scored]
 
 
 def _pattern_search(
@@ -389,6 +452,7 @@ class TuneOutcome:
     result: TuneResult
     comparison: Any  # the summary DataFrame of every policy, `tuned` included
     note: str
+    slo: tuple[float, str] | None = None  # (target, metric) searched against
 
 
 def run_tune(
@@ -400,9 +464,13 @@ def run_tune(
     max_cost: float | None = None,
     min_quality: float = 0.0,
     progress: Progress | None = None,
+    slo_target: float | None = None,
+    check: FinalistCheck | None = None,
 ) -> TuneOutcome:
     """Load `source`, tune it, write `out_file` (only once it validates and reproduces the
-    searched policy), and run every policy of it on the scenario's seed for comparison."""
+    searched policy), and run every policy of it on the scenario's seed for comparison.
+    `slo_target` (else the scenario's `slo`) makes the search find the cheapest candidate that
+    meets it; it is written into `out_file`'s `slo`. `check`: see `tune`."""
     from pathlib import Path as FilePath  # noqa: PLC0415
 
     import yaml  # noqa: PLC0415
@@ -425,6 +493,7 @@ def run_tune(
     if not parent.is_dir():
         raise ScenarioError(str(out_file), [("", f"cannot be written: no folder {parent}")])
     n = requests or scenario.requests
+    slo = search_slo(scenario, slo_target)
     result = tune(
         scenario,
         requests=n,
@@ -432,11 +501,15 @@ def run_tune(
         max_cost=max_cost,
         min_quality=min_quality,
         progress=progress,
+        slo=slo,
+        check=check,
     )
     data = parse_yaml(source.read_text(encoding="utf-8"), str(source))
     data = with_includes(data, str(source), source.parent)  # the tuned file stands alone
     out_dir = out_file.resolve().parent
     fresh = tuned_scenario_data(data, result.policy, str(source.resolve().parent), str(out_dir))
+    if slo_target is not None:
+        fresh["slo"] = {**(fresh.get("slo") or {}), "target": slo_target}
     tuned = scenario_from_dict(fresh, source=str(out_file), base_dir=out_dir)
     written = effective_specs(tuned)[TUNED]
     for step, scored in result.step_specs.items():  # the file runs what was scored
@@ -456,4 +529,35 @@ def run_tune(
         "(the search ran on other draws); "
         f"cost cap {cap}, quality floor {max(min_quality, scenario.quality_floor):g}"
     )
-    return TuneOutcome(result, report.summary, note)
+    if slo is not None:
+        note += "; " + slo_note(slo, result.score, n, result.check)
+    return TuneOutcome(result, report.summary, note, slo)
+
+
+def search_slo(scenario: Scenario, target: float | None) -> tuple[float, str] | None:
+    """(target, metric) the search runs against: `target` (--slo-target) or the scenario's
+    `slo` target, with the scenario's metric (valid_hit_rate without one); None for neither."""
+    metric = scenario.slo.metric if scenario.slo is not None else "valid_hit_rate"
+    if target is None:
+        return None if scenario.slo is None else (scenario.slo.target, metric)
+    return target, metric
+
+
+def slo_note(slo: tuple[float, str], score: Score, n: int, checked: Any = None) -> str:
+    """What the search made of the SLO: met by the winner on the search's draws, or not, and
+    whether plain runs of this size could have shown it met at all; or what the finalists'
+    check found (its `summary`)."""
+    target, metric = slo
+    what = f"SLO {target_text(target)} ({metric.replace('_', ' ')})"
+    if checked is not None:
+        return f"{what}: {checked.summary}"
+    if score.slo is not None and score.slo.meets:
+        return f"{what}: the winner meets it on the search's draws (the cheapest found that does)"
+    need = runs_to_resolve(target)
+    if n < need:
+        return (
+            f"{what}: {plural(n, 'request')} cannot show it met (plain runs need >= {need:,} "
+            "without a miss); the winner has the highest lower 95% bound, then the lowest cost: "
+            "check it with `tailsim nines`"
+        )
+    return f"{what}: no candidate meets it; the winner has the highest lower 95% bound"

@@ -4,10 +4,11 @@ One module per subject, each importing only those listed before it (no circles):
 strict base spec and the shared field types), `providers` (providers, models and latency laws),
 `workflow` (steps and tools), `policies` (policy kinds, deadline keys and admission, load-aware
 controls), `perstep` (a policy's per-step entries flattened to plain specs), `references`
-(cross-reference checks on plain data) and `scenario` (the root: arrivals, customers, sweeps,
-hard requests, `Scenario` and its validators). This package presents their public names, so
-`from sim.model.config import X` is how the rest of `sim` reads the format. Loading YAML,
-reading referenced files and formatting errors live in `sim.model.scenario`.
+(cross-reference checks on plain data), `slo` (the promised success probability) and `scenario`
+(the root: arrivals, customers, sweeps, hard requests, `Scenario` and its validators). This
+package presents their public names, so `from sim.model.config import X` is how the rest of
+`sim` reads the format. Loading YAML, reading referenced files and formatting errors live in
+`sim.model.scenario`.
 """
 
 from sim.model.config.base import (
@@ -77,6 +78,7 @@ from sim.model.config.scenario import (
     hardness_problems,
     step_problems,
 )
+from sim.model.config.slo import SloSpec
 from sim.model.config.workflow import LengthSpec, StepSpec, ToolSpec, ValidatorSpec, WorkflowSpec
 
 __all__ = [
@@ -128,6 +130,7 @@ __all__ = [
     "SegmentSpec",
     "ServingSpec",
     "ShedSpec",
+    "SloSpec",
     "SlowdownSpec",
     "Spec",
     "StallSpec",

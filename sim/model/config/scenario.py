@@ -26,6 +26,7 @@ from sim.model.config.providers import (
     ProviderSpec,
 )
 from sim.model.config.references import _mapping, _sequence, reference_problems
+from sim.model.config.slo import SloSpec
 from sim.model.config.workflow import StepSpec, WorkflowSpec
 from sim.model.errors import FieldError, Path
 from sim.model.thresholds import expected_step_problems
@@ -195,6 +196,11 @@ class Scenario(Spec):
     )
     timeseries_bin_s: PositiveFloat = Field(
         default=10.0, description="width of a timeseries.parquet bin, s"
+    )
+    slo: SloSpec | None = Field(
+        default=None,
+        description="a promised success probability, shown as nines with its CI and met / "
+        "missed / undecided by run, sweep and report, and searched against by tune",
     )
 
     _source_dir: str | None = PrivateAttr(default=None)
