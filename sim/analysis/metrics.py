@@ -175,7 +175,7 @@ _CALL_FIELDS = (
     ("provider", "O"), ("model", "O"), ("start", "f8"), ("queue", "f8"), ("ttft", "f8"),
     ("end", "f8"), ("outcome", "O"), ("billed_input", "i8"), ("billed_output", "i8"),
     ("cost", "f8"), ("retry_after", "f8"), ("quota_tokens", "i8"), ("sdk_retry", "i8"),
-    ("valid", "?"), ("ended_by", "O"), ("run.given_up_at", "f8"),
+    ("valid", "?"), ("ended_by", "O"), ("run.given_up_at", "f8"), ("overhead", "f8"),
 )  # fmt: skip
 #: Run attributes read into the requests table, with their types.
 _RUN_FIELDS = (
@@ -248,6 +248,9 @@ def calls_frame(records: Records) -> pd.DataFrame:
         },
         copy=False,  # every column is a fresh array already
     )
+    overhead = c["overhead"]
+    if overhead.any():  # the provider's `overhead_s` is on: the client's part of each call
+        frame["overhead_s"] = overhead[order]
     return frame
 
 

@@ -27,6 +27,7 @@ from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
 from sim.policy.build import build_policy
+from sim.study.synth import calls_to_log
 from tests.unit.helpers import (
     Draw,
     ScriptedBank,
@@ -353,6 +354,12 @@ def test_constant_overhead_shifts_latency_exactly() -> None:
     assert diff == pytest.approx([0.25] * 3, abs=1e-12)
     assert list(shifted.calls["ttft_s"]) == list(base.calls["ttft_s"])  # nothing held
     assert shifted.calls["cost_usd"].sum() == base.calls["cost_usd"].sum()
+    # calls.parquet carries each call's overhead (only when a provider sets one), so the
+    # provider's own view of a call is end - start - overhead: what synth logs as the server's
+    assert "overhead_s" not in base.calls
+    assert list(shifted.calls["overhead_s"]) == [0.25] * 3
+    server = calls_to_log(shifted.calls)["server_latency_s"].to_numpy()
+    assert server == pytest.approx(base.calls["end_s"] - base.calls["start_s"], abs=1e-12)
 
 
 def test_held_overhead_holds_the_slot_and_the_rest_does_not() -> None:
