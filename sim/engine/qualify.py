@@ -65,6 +65,7 @@ KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
             "sweep",
             "engine",
             "hardness",
+            "slo",  # a promise read against the results: it changes no draw
         }
     ),
     ArrivalsSpec: frozenset(
@@ -94,8 +95,8 @@ KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
     HedgePolicy: frozenset({"kind", "after", "providers", "hedges"}),
     DownshiftPolicy: frozenset({"kind", "cutoff", "to", "retries", "providers"}),
 }
-#: Fields not walked: the policies (only the one being run matters) and the sweep grid.
-_NOT_WALKED = {(Scenario, "policies"), (Scenario, "sweep")}
+#: Fields not walked: the policies (only the one being run matters), the sweep grid and the SLO.
+_NOT_WALKED = {(Scenario, "policies"), (Scenario, "sweep"), (Scenario, "slo")}
 _KNOWN_VALUES: dict[tuple[type[BaseModel], str], frozenset[Any]] = {
     (BillingSpec, "cancelled"): frozenset({"full", "elapsed", "none"}),
     (DistSpec, "dist"): frozenset({"lognormal", "exponential", "constant", "empirical"}),

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from sim.analysis.breakdown import breakdown, provider_limits
 from sim.model.errors import ScenarioError
+from sim.model.words import percent
 
 #: Failure pairs printed per policy (breakdown.csv keeps more).
 PRINTED_FAILURES = 3
@@ -69,9 +70,9 @@ def _failure_text(rows: pd.DataFrame) -> str:
     parts = []
     for row in rows.head(PRINTED_FAILURES).to_dict("records"):
         where = f" at {row['fail_step']}" if isinstance(row["fail_step"], str) else ""
-        parts.append(f"{row['fail_reason']}{where} {row['share_of_runs']:.1%}")
+        parts.append(f"{row['fail_reason']}{where} {percent(row['share_of_runs'])}")
     total = rows["share_of_runs"].sum()
-    return f"{total:.1%} of runs: " + "; ".join(parts)
+    return f"{percent(total)} of runs: " + "; ".join(parts)
 
 
 def _share(value: float, share: float, of: str) -> str:

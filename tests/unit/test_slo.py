@@ -509,3 +509,18 @@ def test_cli_nines_prints_the_verdicts_of_the_scenarios_slo(tmp_path: Path) -> N
     got = CliRunner().invoke(main, args)
     assert got.exit_code == 0, got.output
     assert "SLO 99.99%: hit rate [95% CI]" in got.output  # the miss is ~1.2e-5: four nines
+
+
+def test_an_slo_keeps_the_vectorized_engine_and_every_number() -> None:
+    """`slo` is read against the results and changes no draw: a scenario that promises nines
+    runs on the engine it ran on without the promise (it once forced the event engine)."""
+    from sim.model.scenario import load_scenario  # noqa: PLC0415
+
+    promised = load_scenario(Path(__file__).parents[2] / "scenarios" / "nines.yaml")
+    assert promised.slo is not None
+    small = {"requests": 300}
+    with_slo = sim.run(promised.model_copy(update=small), records="none")
+    plain = promised.model_copy(update={"slo": None, **small})
+    without = sim.run(plain, records="none")
+    assert with_slo.engines == without.engines == {"race": "vectorized", "hedge": "vectorized"}
+    pd.testing.assert_frame_equal(with_slo.summary, without.summary)
