@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from sim.output.colors import policy_colors
 from sim.output.results import staged
 from sim.study.nines import NinesResult
 
@@ -79,13 +80,14 @@ def nines_figure(result: NinesResult) -> Figure:
     positive = np.concatenate((lo[lo > 0], p[p > 0]))
     floor = float(positive.min()) / 3 if len(positive) else 1e-9
     shown = np.where(p > 0, p, floor)
-    ax.errorbar(
-        shown,
-        y,
-        xerr=[np.maximum(shown - np.maximum(lo, floor), 0), np.maximum(hi - shown, 0)],
-        fmt="o",
-        capsize=4,
-    )
+    colors = policy_colors(table["policy"])  # the same colour as in every other figure
+    below = np.maximum(shown - np.maximum(lo, floor), 0)
+    above = np.maximum(hi - shown, 0)
+    for i, policy in enumerate(table["policy"]):
+        ax.errorbar(
+            shown[i], y[i], xerr=[[below[i]], [above[i]]], fmt="o", capsize=4,
+            color=colors[str(policy)],
+        )  # fmt: skip
     for yi, pi in zip(y, p, strict=True):
         if not pi > 0:
             ax.annotate("no miss seen", (floor, yi), xytext=(4, 4), textcoords="offset points")
@@ -96,7 +98,7 @@ def nines_figure(result: NinesResult) -> Figure:
     for k in range(max(low, -7), min(high, -1) + 1):  # the nines: 99%, 99.9%, ... met
         ax.axvline(10.0**k, color="0.6", linewidth=0.8, linestyle=":")
         ax.annotate(
-            f"{100 * (1 - 10.0**k):.{max(0, -k - 2)}f}% met", (10.0**k, 0.0),
+            f"{100 * (1 - 10.0**k):.{max(0, -k - 2)}f}% met to the left", (10.0**k, 0.0),
             xycoords=("data", "axes fraction"), xytext=(3, 3), textcoords="offset points",
             fontsize=7, color="0.4", ha="left",
         )  # fmt: skip
