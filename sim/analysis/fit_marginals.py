@@ -22,7 +22,12 @@ from scipy.optimize import minimize
 from scipy.special import expit, logsumexp, ndtr, ndtri
 from threadpoolctl import threadpool_limits
 
-from sim.analysis.fit_censored import Censored, censored_loglik, censored_scores
+from sim.analysis.fit_censored import (
+    Censored,
+    censored_gradient,
+    censored_loglik,
+    censored_scores,
+)
 from sim.model.latency import Z99, Empirical, LogNormal
 
 #: Gauss-Legendre nodes over generation's quantile for the stall convolution.
@@ -306,8 +311,9 @@ def fit_stall_mixture(
             return 1e300, np.zeros(len(theta))
         grad = -scores.sum(axis=0)
         if cens is not None:
-            value -= float(np.sum(censored_loglik(theta, cens)))
-            grad = grad - censored_scores(theta, cens).sum(axis=0)
+            cut_ll, cut_grad = censored_gradient(theta, cens)
+            value -= cut_ll
+            grad = grad - cut_grad
         if not math.isfinite(value):
             return 1e300, np.zeros(len(theta))
         return value, grad
