@@ -8,6 +8,8 @@ without one, total time is fitted as one lognormal plus the stall mixture (carri
 generation set to nothing). The stall mixture's likelihood integrates the convolution of
 generation time and stall per call by Gauss-Legendre quadrature over generation's quantile;
 standard errors come from the outer product of per-call scores (BHHH) and the delta method.
+Calls the client cut (status `timeout`) are right-censored: each adds log P(latency > elapsed)
+(`sim.analysis.fit_censored`), so the longest calls are not dropped from the tail.
 """
 
 from __future__ import annotations
