@@ -14,7 +14,7 @@ import pytest
 from sim.analysis.fit_censored import Censored
 from sim.analysis.fit_extras import fit_extras
 from sim.analysis.fit_marginals import fit_group, fit_stall_mixture
-from sim.analysis.fit_report import fit_calls
+from sim.analysis.fit_report import _cut_in_spells, fit_calls
 from sim.model.latency import LogNormal
 from sim.model.scenario import load_scenario
 from sim.study.synth import synth_calls
@@ -114,3 +114,19 @@ def test_default_scenario_round_trip_recovers_stall_and_no_difficulty() -> None:
     extras = {f.name: f for f in fit_extras(log, base)}
     assert not extras["difficulty"].supported, extras["difficulty"].evidence
     assert "with a cut call left out" in extras["difficulty"].evidence
+
+
+def test_cut_calls_in_a_spell_are_left_out_of_the_quiet_refit() -> None:
+    """A cut call has no spell posterior of its own: it takes that of the provider's last call
+    started at or before it, so the refit outside spells does not count a spell's cut calls in
+    the marginal law (nor another provider's)."""
+    calls = pd.DataFrame(
+        {
+            "start_s": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.5],
+            "status": ["ok", "timeout", "ok", "timeout", "ok", "timeout", "timeout"],
+            "provider": ["p"] * 6 + ["q"],
+        }
+    )
+    posterior = pd.Series([0.1, 0.9, 0.2], index=[0, 2, 4])
+    inside = _cut_in_spells(calls, posterior, "p")
+    assert inside.tolist() == [False, False, False, True, False, False, False]
