@@ -15,7 +15,7 @@ import pandas as pd
 CALL_LOG_COLUMNS: dict[str, str] = {
     "row": "int64",  # 1-based data row of the source file (for garbage reports)
     "start_s": "float64",  # call start, s (any origin; only differences matter)
-    "latency_s": "float64",  # total latency the caller saw, s
+    "latency_s": "float64",  # total latency the caller saw, s (timeout: elapsed to the cut)
     "ttft_s": "float64",  # time to first token, s (NaN if absent)
     "provider": "string",
     "model": "string",
@@ -27,7 +27,8 @@ CALL_LOG_COLUMNS: dict[str, str] = {
     "server_latency_s": "float64",  # the provider's own view of the call, s
 }
 
-#: Allowed values of `status`.
+#: Allowed values of `status`. `timeout`: the client cut the call (its timeout, a deadline, a
+#: race's loser cancelled): latency_s is the elapsed time to the cut (a right-censored latency).
 STATUSES: tuple[str, ...] = ("ok", "error", "rate_limited", "invalid", "timeout")
 
 #: Example row numbers kept per kind of garbage.

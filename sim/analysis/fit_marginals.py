@@ -8,6 +8,8 @@ without one, total time is fitted as one lognormal plus the stall mixture (carri
 generation set to nothing). The stall mixture's likelihood integrates the convolution of
 generation time and stall per call by Gauss-Legendre quadrature over generation's quantile;
 standard errors come from the outer product of per-call scores (BHHH) and the delta method.
+Calls the client cut (status `timeout`) are right-censored: each adds log P(latency > elapsed)
+(`sim.analysis.fit_censored`), so the longest calls are not dropped from the tail.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from scipy.optimize import minimize
 from scipy.special import expit, logsumexp, ndtr, ndtri
 from threadpoolctl import threadpool_limits
 
+from sim.analysis.fit_censored import (
+    Censored,
+    censored_gradient,
+    censored_loglik,
+    censored_scores,
+)
 from sim.model.latency import Z99, Empirical, LogNormal
 
 #: Gauss-Legendre nodes over generation's quantile for the stall convolution.
@@ -225,6 +233,36 @@ def mixture_loglik(
     return ll, out
 
 
+def _plain_censored(g: np.ndarray, log_n: np.ndarray, cens: Censored) -> tuple[LogNormalFit, float]:
+    """Generation without a stall (speed lognormal) by maximum likelihood with the censored
+    calls' log S_G(after) terms; covariance from per-call scores (BHHH)."""
+    start = fit_lognormal(np.exp(log_n) / g)
+
+    def full(t: np.ndarray) -> np.ndarray:
+        return np.array([t[0], t[1], -np.inf, 0.0, 0.0])
+
+    def objective(t: np.ndarray) -> float:
+        s_v = math.exp(t[1])
+        obs = _log_pdf_lognormal(g, log_n - t[0], s_v)
+        value = -float(np.sum(obs) + np.sum(censored_loglik(full(t), cens)))
+        return value if math.isfinite(value) else 1e300
+
+    best = minimize(
+        objective,
+        np.array([start.mu, math.log(start.sigma)]),
+        method="Nelder-Mead",
+        options={"xatol": 1e-9, "fatol": 1e-9},
+    )
+    mu_v, s_v = float(best.x[0]), math.exp(float(best.x[1]))
+    z = (np.log(g) - (log_n - mu_v)) / s_v
+    obs_scores = np.column_stack([-z / s_v, z * z - 1])
+    cens_scores = censored_scores(full(best.x), cens)[:, :2]
+    scores = np.vstack([obs_scores, cens_scores])
+    cov = np.linalg.pinv(scores.T @ scores)
+    n = len(g) + len(cens)
+    return LogNormalFit(mu_v, s_v, _cov2(cov, 0, 1), n), -float(best.fun)
+
+
 def _start(g: np.ndarray, log_n: np.ndarray) -> np.ndarray:
     """Robust starting values: speed from the bulk (median, IQR), stall from the far excess."""
     rate = log_n - np.log(g)  # log tokens per second
@@ -243,10 +281,13 @@ def _start(g: np.ndarray, log_n: np.ndarray) -> np.ndarray:
     return np.array([mu_v, math.log(s_v), math.log(p / (1 - p)), mu_s, math.log(s_s)])
 
 
-def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
+def fit_stall_mixture(
+    g: np.ndarray, tokens: np.ndarray, censored: Censored | None = None
+) -> StallMixture:
     """MLE of speed and stall from generation times `g` of calls of `tokens` output tokens
-    (at most `MAX_MIXTURE_CALLS` of them, sampled); the stall is kept only where BIC prefers it
-    to the lognormal alone (stated in `evidence`)."""
+    (at most `MAX_MIXTURE_CALLS` of them, sampled) and the calls cut before they ended
+    (`censored`, each contributing log P(rest > after)); the stall is kept only where BIC
+    prefers it to the lognormal alone (stated in `evidence`)."""
     g = np.asarray(g, dtype=float)
     log_n = np.log(np.asarray(tokens, dtype=float))
     sampled = ""
@@ -254,9 +295,13 @@ def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
         keep = np.sort(np.random.default_rng(len(g)).choice(len(g), MAX_MIXTURE_CALLS, False))
         sampled = f" (on {MAX_MIXTURE_CALLS:,} of {len(g):,} calls, sampled)"
         g, log_n = g[keep], log_n[keep]
-    n = len(g)
-    plain = fit_lognormal(np.exp(log_n) / g)
-    ll_plain = float(np.sum(_log_pdf_lognormal(g, log_n - plain.mu, plain.sigma)))
+    cens = censored if censored is not None and len(censored) else None
+    n = len(g) + (len(cens) if cens is not None else 0)
+    if cens is None:
+        plain = fit_lognormal(np.exp(log_n) / g)
+        ll_plain = float(np.sum(_log_pdf_lognormal(g, log_n - plain.mu, plain.sigma)))
+    else:
+        plain, ll_plain = _plain_censored(g, log_n, cens)
     if n < 20:
         return StallMixture(plain, 0.0, 0.0, None, ll_plain, ll_plain, f"n={n} < 20", False)
     theta0 = _start(g, log_n)
@@ -264,9 +309,16 @@ def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
         ll, scores = mixture_loglik(theta, g, log_n, scores=True)
         value = -float(np.sum(ll))
-        if not math.isfinite(value) or scores is None:
+        if scores is None:
             return 1e300, np.zeros(len(theta))
-        return value, -scores.sum(axis=0)
+        grad = -scores.sum(axis=0)
+        if cens is not None:
+            cut_ll, cut_grad = censored_gradient(theta, cens)
+            value -= cut_ll
+            grad = grad - cut_grad
+        if not math.isfinite(value):
+            return 1e300, np.zeros(len(theta))
+        return value, grad
 
     bounds = [(None, None), (-7.0, 3.0), (-12.0, 3.0), (None, None), (-5.0, 3.0)]
     with threadpool_limits(1):  # BLAS threads only spin on 5x5 steps (10x slower on busy cores)
@@ -288,6 +340,8 @@ def fit_stall_mixture(g: np.ndarray, tokens: np.ndarray) -> StallMixture:
         return StallMixture(plain, 0.0, 0.0, None, ll_plain, ll_plain, evidence, False)
     _, scores = mixture_loglik(theta, g, log_n, scores=True)
     assert scores is not None
+    if cens is not None:  # the censored calls' scores count in the information too
+        scores = np.vstack([scores, censored_scores(theta, cens)])
     info = scores.T @ scores
     cov = np.linalg.pinv(info)
     speed = LogNormalFit(float(theta[0]), math.exp(theta[1]), _cov2(cov, 0, 1), n)
@@ -410,15 +464,27 @@ class MarginalFit:
 
 
 def _bounded(
-    times: np.ndarray, stall: StallMixture
+    times: np.ndarray, stall: StallMixture, cut_at: np.ndarray | None = None
 ) -> tuple[LogNormalFit, StallMixture, str] | None:
     """The truncated lognormal of total time where BIC prefers it to the untruncated model
     fitted (lognormal, 2 parameters, or lognormal + stall, 5): (law, a no-stall mixture, the
-    note stating the test); None where it is not preferred or there are under 20 calls."""
+    note stating the test); None where it is not preferred or there are under 20 calls.
+    Calls cut at `cut_at` add log P(T > c) under the truncated law (at its fitted values: no
+    ceiling where a cut call outlived it)."""
     n = len(times)
     if n < 20 or len(np.unique(times)) < 2:
         return None
     cut = fit_truncated_lognormal(times)
+    if cut_at is not None and len(cut_at):
+        law = cut.law
+        if float(np.max(cut_at)) >= law.upper:
+            return None  # a cut call went past the ceiling: there is none
+        ln_top = math.log(max(float(ndtr((math.log(law.upper) - law.mu) / law.sigma)), 1e-300))
+        below = ndtr((np.log(cut_at) - law.mu) / law.sigma)
+        top = math.exp(ln_top)
+        terms = np.log(np.maximum(top - below, 1e-300)) - ln_top
+        cut = TruncatedFit(law, cut.loglik + float(np.sum(terms)))
+        n += len(cut_at)
     k_other = 5 if stall.supported else 2
     ll_other = stall.loglik if stall.supported else stall.loglik_no_stall
     bic_cut = -2 * cut.loglik + 3 * math.log(n)
@@ -466,8 +532,13 @@ def fit_group(
     tokens = ok["output_tokens"].to_numpy(float)
     has_ttft = np.isfinite(ttft).mean() > 0.5 if len(ok) else False
     has_tokens = (np.isfinite(tokens) & (tokens > 0)).mean() > 0.5 if len(ok) else False
+    cut = calls[(status == "timeout") & (calls["latency_s"] > 0)]
+    cut_at = cut["latency_s"].to_numpy(float)
     if counts["timeout"]:
-        notes.append(f"{counts['timeout']} timeouts left out (their latency is censored)")
+        notes.append(
+            f"{counts['timeout']} cut calls (timeouts, cancellations) fitted as right-censored "
+            "at their elapsed time"
+        )
     if counts["rate_limited"]:
         notes.append(f"{counts['rate_limited']} rate-limited calls left out (quota, not serving)")
     lengths = tokens[np.isfinite(tokens) & (tokens > 0)]
@@ -476,6 +547,9 @@ def fit_group(
         mode = "first_token"
         first = calls.loc[status.isin(["ok", "invalid", "error"]), ["ttft_s", "latency_s"]]
         first_times = first["ttft_s"].fillna(first["latency_s"]).to_numpy(float)
+        cut_first = cut["ttft_s"].to_numpy(float)
+        seen = np.isfinite(cut_first) & (cut_first > 0) & (cut_first <= cut_at)
+        first_times = np.concatenate([first_times, cut_first[seen]])  # a cut call's first token
         first_times = first_times[np.isfinite(first_times) & (first_times > 0)]
         usable = np.isfinite(ttft) & np.isfinite(tokens) & (tokens > 0) & (latency > ttft)
         if (~usable).sum():
@@ -483,17 +557,28 @@ def fit_group(
                 f"{int((~usable).sum())} ok calls without a generation time left out of speed"
             )
         ttft_fit = fit_lognormal(first_times)
-        stall = fit_stall_mixture(latency[usable] - ttft[usable], tokens[usable])
+        cut_tokens = cut["output_tokens"].to_numpy(float)
+        known = np.isfinite(cut_tokens) & (cut_tokens > 0)
+        # a cut call's intended length where logged, else the ok calls' median length
+        cut_tokens = np.where(known, cut_tokens, float(np.median(tokens[usable])))
+        censored = Censored(
+            np.where(seen, cut_at - np.nan_to_num(cut_first), cut_at),
+            np.log(cut_tokens),
+            ~seen,
+            (ttft_fit.mu, ttft_fit.sigma),
+        )
+        stall = fit_stall_mixture(latency[usable] - ttft[usable], tokens[usable], censored)
     else:
         mode = "total_time"
         if not total_time:
             notes.append("no first-token column" if not has_ttft else "no output-token column")
         positive = latency[latency > 0]
-        stall = fit_stall_mixture(positive, np.ones(len(positive)))
+        censored = Censored(cut_at, np.zeros(len(cut_at)), np.zeros(len(cut_at), bool))
+        stall = fit_stall_mixture(positive, np.ones(len(positive)), censored)
         body = stall.speed  # 1 / time with one token: the body's time is LN(-mu, sigma)
         (a, b), (_, d) = body.cov
         ttft_fit = LogNormalFit(-body.mu, body.sigma, ((a, -b), (-b, d)), body.n)
-        bounded = _bounded(positive, stall)
+        bounded = _bounded(positive, stall, cut_at)
         if bounded is not None:
             ttft_fit, stall, note = bounded
             notes.append(note)

@@ -287,6 +287,7 @@ def refit_outside_spells(
         if extra.name == "episodes" and extra.supported and extra.detail is not None:
             slow.loc[extra.detail.index[extra.detail.to_numpy() >= 0.5]] = True
             spelled.add(provider)
+            slow |= _cut_in_spells(calls, extra.detail, provider)
     if not spelled or tuple(by) != ("provider", "model"):
         return fits
     out = []
@@ -305,6 +306,27 @@ def refit_outside_spells(
             "provider's `episodes` block adds the spells back)"
         )
         out.append(refit)
+    return out
+
+
+def _cut_in_spells(calls: pd.DataFrame, posterior: pd.Series, provider: str | None) -> pd.Series:
+    """The provider's cut calls (`timeout`: no residual, so no posterior of their own) that
+    started in a spell: the posterior of its last call started at or before them >= 0.5."""
+    out = pd.Series(False, index=calls.index)
+    cut = calls[(calls["status"] == "timeout") & (calls["provider"] == provider)]
+    if not len(cut) or not len(posterior):
+        return out
+    seen = pd.DataFrame(
+        {
+            "start_s": calls.loc[posterior.index, "start_s"].to_numpy(float),
+            "post": posterior.to_numpy(float),
+        }
+    ).sort_values("start_s", kind="stable")
+    mine = pd.DataFrame({"start_s": cut["start_s"].to_numpy(float), "at": np.arange(len(cut))})
+    joined = pd.merge_asof(mine.sort_values("start_s"), seen, on="start_s", direction="backward")
+    inside = np.zeros(len(cut), bool)
+    inside[joined["at"].to_numpy()] = (joined["post"].fillna(0.0) >= 0.5).to_numpy()
+    out.loc[cut.index[inside]] = True
     return out
 
 

@@ -15,7 +15,9 @@ from sim.analysis.capacity import ALL
 from sim.model.config import Scenario
 from sim.study.runner import chosen_policies, run
 
-#: A call's outcome as the log's status (a cancelled call is left out: the client dropped it).
+#: A call's outcome as the log's status. A call the client cut (cancelled at the deadline or as
+#: a race's loser) is logged as `timeout` with its elapsed time, as a client logs its own
+#: cancellations: leaving it out would drop exactly the longest calls (a right-censored latency).
 STATUS = {
     "ok": "ok",
     "error": "error",
@@ -23,6 +25,7 @@ STATUS = {
     "invalid": "invalid",
     "truncated": "invalid",
     "timeout": "timeout",
+    "cancelled": "timeout",
 }
 #: The HTTP code a client would have logged for each status (none for a timeout).
 HTTP = {"ok": 200, "invalid": 200, "error": 500, "rate_limited": 429}
@@ -37,8 +40,10 @@ def synth_calls(
 ) -> pd.DataFrame:
     """One policy's calls (default: the scenario's first) as a normalized call log.
 
-    latency_s is send to answer (queue included), ttft_s send to first token (NaN if the call
-    never got one), request_id the run ("12", or "12.1" for a customer's first re-send).
+    latency_s is send to answer (queue included; a cut call's: send to the cut, status
+    `timeout`), ttft_s send to first token (NaN if the call never got one, and for a cancelled
+    call: the calls table does not keep it), request_id the run ("12", or "12.1" for a
+    customer's first re-send).
     server_latency_s is the provider's own view (queue and service) when the calls table has a
     client overhead column (`overhead_s`), NaN otherwise."""
     name = chosen_policies(scenario, [policy] if policy else None, "--policy")[0]
@@ -48,7 +53,10 @@ def synth_calls(
 
 def calls_to_log(calls: pd.DataFrame) -> pd.DataFrame:
     """A calls table (calls.parquet's columns) as the normalized call log, ordered by start."""
-    kept = calls[calls["outcome"].isin(list(STATUS))].sort_values("start_s", kind="stable")
+    kept = calls[calls["outcome"].isin(list(STATUS))]
+    # a call cancelled before it was sent (no time held) is not a call a client would log
+    sent = (kept["outcome"] != "cancelled") | (kept["end_s"] > kept["start_s"])
+    kept = kept[sent].sort_values("start_s", kind="stable")
     start = kept["start_s"].to_numpy(float)
     latency = kept["end_s"].to_numpy(float) - start
     queue = np.nan_to_num(kept["queue_s"].to_numpy(float))

@@ -231,29 +231,33 @@ def test_synth_command_writes_the_call_log(tmp_path: Path) -> None:
 
 
 def test_calls_to_log_maps_outcomes_and_overhead() -> None:
-    """Outcomes become statuses (truncated -> invalid, cancelled left out), queue time counts
-    in latency and first token, and an `overhead_s` column gives server_latency_s."""
+    """Outcomes become statuses (truncated -> invalid; cancelled -> timeout with the elapsed
+    time to the cut, as a client logs its cancellations; one cancelled before it was sent is
+    left out), queue time counts in latency and first token, and an `overhead_s` column gives
+    server_latency_s."""
     calls = pd.DataFrame(
         {
-            "request_id": [0, 0, 1, 2],
-            "resend": [0, 0, 1, 0],
-            "provider": ["p"] * 4,
-            "model": ["m"] * 4,
-            "start_s": [0.0, 1.0, 2.0, 3.0],
-            "queue_s": [0.5, 0.0, 0.0, 0.0],
-            "ttft_s": [1.0, 1.0, 0.2, 0.3],
-            "end_s": [4.0, 2.0, 2.5, 3.5],
-            "outcome": ["ok", "cancelled", "truncated", "rate_limited"],
-            "input_tokens": [10, 10, 10, 0],
-            "output_tokens": [5, 0, 7, 0],
-            "overhead_s": [0.1, 0.1, 0.2, 0.0],
+            "request_id": [0, 0, 1, 2, 3],
+            "resend": [0, 0, 1, 0, 0],
+            "provider": ["p"] * 5,
+            "model": ["m"] * 5,
+            "start_s": [0.0, 1.0, 2.0, 3.0, 4.0],
+            "queue_s": [0.5, 0.0, 0.0, 0.0, 0.0],
+            "ttft_s": [1.0, np.nan, 0.2, 0.3, np.nan],
+            "end_s": [4.0, 2.0, 2.5, 3.5, 4.0],
+            "outcome": ["ok", "cancelled", "truncated", "rate_limited", "cancelled"],
+            "input_tokens": [10, 10, 10, 0, 10],
+            "output_tokens": [5, 0, 7, 0, 5],
+            "overhead_s": [0.1, 0.1, 0.2, 0.0, 0.0],
         }
     )
     log = calls_to_log(calls)
-    assert list(log["status"]) == ["ok", "invalid", "rate_limited"]
-    assert list(log["http_status"]) == [200, 200, 429]
-    assert list(log["request_id"]) == ["0", "1.1", "2"]
-    assert log["latency_s"].tolist() == pytest.approx([4.0, 0.5, 0.5])
-    assert log["ttft_s"].tolist() == pytest.approx([1.5, 0.2, 0.3])
-    assert log["server_latency_s"].tolist() == pytest.approx([3.9, 0.3, 0.5])
+    assert list(log["status"]) == ["ok", "timeout", "invalid", "rate_limited"]
+    assert log["http_status"].tolist()[:1] + log["http_status"].tolist()[2:] == [200, 200, 429]
+    assert log["http_status"].isna().tolist() == [False, True, False, False]
+    assert list(log["request_id"]) == ["0", "0", "1.1", "2"]
+    assert log["latency_s"].tolist() == pytest.approx([4.0, 1.0, 0.5, 0.5])
+    assert log["ttft_s"].tolist()[::2] == pytest.approx([1.5, 0.2])
+    assert np.isnan(log["ttft_s"].iloc[1])
+    assert log["server_latency_s"].tolist() == pytest.approx([3.9, 0.9, 0.3, 0.5])
     assert np.isnan(calls_to_log(calls.drop(columns="overhead_s"))["server_latency_s"]).all()
