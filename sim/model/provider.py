@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import simpy
 from simpy.core import BoundClass, EmptySchedule, EventPriority, StopSimulation
-from simpy.events import NORMAL, Timeout
+from simpy.events import NORMAL, URGENT, Initialize, Process, Timeout
 
 from sim.model.conditions import Episodes
 from sim.model.config import ProviderSpec, ServingSpec
@@ -48,8 +48,8 @@ _DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
 #: Relative tolerance under which two simulated times are the same instant (float rounding).
 _SAME_INSTANT = 1e-12
 _INF = math.inf
-#: A Timeout's bare allocation (its fields are set by `Environment.timeout`).
-_new_timeout = object.__new__
+#: An event's bare allocation (its fields are set by `Environment.timeout` and `.process`).
+_new_event = object.__new__
 
 
 @dataclass(slots=True)
@@ -109,7 +109,7 @@ class Environment(simpy.Environment):
         order, its `__init__` and `schedule` written out (one timeout per call: hot path)."""
         if delay < 0:
             raise ValueError(f"Negative delay {delay}")
-        event = _new_timeout(Timeout)
+        event = _new_event(Timeout)
         event.env = self
         event.callbacks = []
         event._value = value
@@ -117,6 +117,23 @@ class Environment(simpy.Environment):
         event._ok = True
         heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), event))
         return event
+
+    def process(self, generator: Generator[Any, Any, Any]) -> Process:  # type: ignore[override]
+        """`simpy.Process(self, generator)`: the same process and `Initialize` event with the
+        same place in the order, their `__init__`s and `schedule` written out (hot path: one
+        per run, and one per parallel attempt)."""
+        process = _new_event(Process)
+        process.env = self
+        process.callbacks = []
+        process._generator = generator
+        start = _new_event(Initialize)
+        start.env = self
+        start.callbacks = [process._resume]
+        start._value = None
+        start._ok = True
+        heappush(self._queue, (self._now, URGENT, next(self._eid), start))
+        process._target = start
+        return process
 
     def schedule_reserved(self, event: Any, eid: int) -> None:
         """Schedule `event` now with normal priority at the place of reserved id `eid`."""
