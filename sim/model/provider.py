@@ -497,7 +497,14 @@ class Provider:
                     slots.release()
                     left -= service
                     return (yield from self._late(call, _DRAWN[drawn], after, left, cut_by))
-                return self._end(call, _DRAWN[drawn])
+                # its end (as `_end`, written out: nearly every call ends here)
+                call.end, call.outcome = env.now, _DRAWN[drawn]
+                serving = self.serving[call.model]
+                call.cost = (
+                    call.billed_input * serving.price_input
+                    + call.billed_output * serving.price_output
+                )
+                return call
             yield env.timeout(left)
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_TIMEOUT)
