@@ -61,7 +61,7 @@ class EventCalls:
     hardness: Hardness | None
     lengths: dict[str, LogNormal]
     shaped_steps: list[bool]
-    _slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float]]
+    _slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float, bool]]
 
     def _setup_calls(self, scenario: Scenario, streams: Streams, bank: CallDrawBank) -> None:
         """What shapes every call's draws, looked up once per simulation."""
@@ -82,7 +82,8 @@ class EventCalls:
             s.length is not None or s.max_tokens is not None for s in self.workflow.steps
         ]
         #: Per call slot (provider, model, step index, attempt, re-send, SDK retry): its draws
-        #: from the bank and its prefill seconds, looked up once per slot, not once per call.
+        #: from the bank, its prefill seconds and whether its draws are used as drawn (see
+        #: `_slot`), looked up once per slot, not once per call.
         self._slots = {}
 
     def _call(
@@ -104,7 +105,7 @@ class EventCalls:
         call, ttft, generation, stall, drawn, truncated = self._prepare(
             handle, provider, attempt, plan, 0
         )
-        process = self.env.active_process
+        process = self.env._active_proc  # simpy's `active_process`, without its property
         run.active.add(process)
         cut, by_sdk = plan.give_up_after, False
         timeout = provider.sdk_timeout
@@ -220,8 +221,20 @@ class EventCalls:
         slot = self._slots.get((plan.provider, plan.model, step.index, attempt, resend, sdk))
         if slot is None:
             slot = self._slot(step, attempt, plan, resend, sdk)
-        draws, prefill = slot
+        draws, prefill, as_drawn = slot
         i = run.index
+        if as_drawn:  # nothing below reshapes this slot's draws: the common case, written out
+            ttft = draws.ttft[i]
+            if prefill:
+                ttft += prefill
+            call = Call(
+                run, step.id, attempt, plan.provider, plan.model, self.env.now,
+                step.input_tokens, step.output_tokens,
+            )  # fmt: skip
+            call.reserved = step.reserved_output  # (a keyword costs more than this assignment)
+            if sdk:
+                call.sdk_retry = sdk
+            return call, ttft, draws.generation[i], draws.stall[i], draws.outcome[i], False
         ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
@@ -274,13 +287,24 @@ class EventCalls:
 
     def _slot(
         self, step: Step, attempt: int, plan: Attempt, resend: int, sdk: int
-    ) -> tuple[CallDraws, float]:
-        """Look up a call slot's draws in the bank (and its prefill seconds) and keep them."""
+    ) -> tuple[CallDraws, float, bool]:
+        """Look up a call slot's draws in the bank (and its prefill seconds) and keep them,
+        with whether its draws are used as drawn: no difficulty, no hardness on its model, a
+        fixed answer length, no client overhead or bad-spell error, no flights kept."""
         path = (plan.provider, plan.model)
         latency = self.latencies[path]
         draws = self.bank.draws(step.id, attempt, resend, path, latency, step.output_tokens, sdk)
         prefill = latency.ttft_s_per_ktok * step.input_tokens / 1000
-        slot = (draws, prefill if latency.ttft_s_per_ktok > 0 else 0.0)
+        provider = self.providers[plan.provider]
+        as_drawn = (
+            self.difficulty is None
+            and (self.hardness is None or plan.model not in self.hardness.effects)
+            and not self.shaped_steps[step.index]
+            and provider.overhead is None
+            and not provider.spell_error_rate > 0
+            and not self.keeps_flights
+        )
+        slot = (draws, prefill if latency.ttft_s_per_ktok > 0 else 0.0, as_drawn)
         self._slots[(plan.provider, plan.model, step.index, attempt, resend, sdk)] = slot
         return slot
 

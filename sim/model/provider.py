@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import simpy
 from simpy.core import BoundClass, EmptySchedule, EventPriority, StopSimulation
-from simpy.events import NORMAL
+from simpy.events import NORMAL, URGENT, Initialize, Process, Timeout
 
 from sim.model.conditions import Episodes
 from sim.model.config import ProviderSpec, ServingSpec
@@ -48,6 +48,8 @@ _DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
 #: Relative tolerance under which two simulated times are the same instant (float rounding).
 _SAME_INSTANT = 1e-12
 _INF = math.inf
+#: An event's bare allocation (its fields are set by `Environment.timeout` and `.process`).
+_new_event = object.__new__
 
 
 @dataclass(slots=True)
@@ -85,8 +87,13 @@ class Environment(simpy.Environment):
     plus one assignment), so that `Slots` can tell whether a wake-up it left out of the queue
     would already have been processed."""
 
+    #: The current simulated time, a plain attribute kept equal to simpy's `_now` (it shadows
+    #: simpy's `now` property: read on every call's hot path, an attribute is cheaper).
+    now: float = 0.0
+
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)
+        self.now = self._now
         # simpy binds `timeout`, `process`, ... to the instance only from its own class's
         # dict: bind simpy.Environment's too, or every `env.timeout` goes through a descriptor
         for name, attribute in vars(simpy.Environment).items():
@@ -96,6 +103,37 @@ class Environment(simpy.Environment):
         self.current: tuple[float, int, int, Any] = (initial_time, -1, -1, None)
         #: The event ids `schedule` takes from: `next(ids)` reserves a place in the event order.
         self.ids = self._eid
+
+    def timeout(self, delay: float, value: Any = None) -> Timeout:  # type: ignore[override]
+        """`simpy.Timeout(self, delay, value)`: the same event with the same place in the
+        order, its `__init__` and `schedule` written out (one timeout per call: hot path)."""
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")
+        event = _new_event(Timeout)
+        event.env = self
+        event.callbacks = []
+        event._value = value
+        event._delay = delay
+        event._ok = True
+        heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), event))
+        return event
+
+    def process(self, generator: Generator[Any, Any, Any]) -> Process:  # type: ignore[override]
+        """`simpy.Process(self, generator)`: the same process and `Initialize` event with the
+        same place in the order, their `__init__`s and `schedule` written out (hot path: one
+        per run, and one per parallel attempt)."""
+        process = _new_event(Process)
+        process.env = self
+        process.callbacks = []
+        process._generator = generator
+        start = _new_event(Initialize)
+        start.env = self
+        start.callbacks = [process._resume]
+        start._value = None
+        start._ok = True
+        heappush(self._queue, (self._now, URGENT, next(self._eid), start))
+        process._target = start
+        return process
 
     def schedule_reserved(self, event: Any, eid: int) -> None:
         """Schedule `event` now with normal priority at the place of reserved id `eid`."""
@@ -114,7 +152,8 @@ class Environment(simpy.Environment):
         except IndexError:
             raise EmptySchedule from None
         self.current = entry
-        self._now, _, _, event = entry
+        self.now, _, _, event = entry
+        self._now = self.now
         callbacks, event.callbacks = event.callbacks, None
         try:
             for callback in callbacks:
@@ -136,7 +175,8 @@ class Environment(simpy.Environment):
             while queue:
                 entry = heappop(queue)
                 self.current = entry
-                self._now, _, _, event = entry
+                self.now, _, _, event = entry
+                self._now = self.now
                 callbacks, event.callbacks = event.callbacks, None
                 try:
                     for callback in callbacks:
@@ -457,7 +497,14 @@ class Provider:
                     slots.release()
                     left -= service
                     return (yield from self._late(call, _DRAWN[drawn], after, left, cut_by))
-                return self._end(call, _DRAWN[drawn])
+                # its end (as `_end`, written out: nearly every call ends here)
+                call.end, call.outcome = env.now, _DRAWN[drawn]
+                serving = self.serving[call.model]
+                call.cost = (
+                    call.billed_input * serving.price_input
+                    + call.billed_output * serving.price_output
+                )
+                return call
             yield env.timeout(left)
             self._bill_cut(call, drawn, ttft, generation + stall, env.now - served_at)
             return self._end(call, OUTCOME_TIMEOUT)

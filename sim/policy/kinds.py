@@ -85,8 +85,13 @@ class Sequential(Policy):
 def _settle(run: StepRun, pending: list[simpy.Process]) -> tuple[bool, list[simpy.Process]]:
     """After a wake-up: (True, []) if an attempt answered validly (losers cancelled), else the
     attempts still in flight."""
-    still = [p for p in pending if not p.triggered]
-    won = any(p.value is not None and p.value.outcome == OUTCOME_OK for p in pending if p.triggered)
+    still, won = [], False
+    for process in pending:  # (a loop, not a list and an `any` over a generator: hot path)
+        if not process.triggered:
+            still.append(process)
+        elif not won:
+            call = process.value
+            won = call is not None and call.outcome == OUTCOME_OK
     if won:
         for process in still:
             run.cancel(process)

@@ -524,3 +524,25 @@ def test_slots_never_put_back_a_wake_up_already_past() -> None:
     assert reference.index((5, "tick 2")) < reference.index((5, "granted"))
     assert _passed_wake_up_log("pool", Environment()) == reference
     assert _passed_wake_up_log("pool", simpy.Environment()) == reference
+
+
+def test_environment_inlined_timeout_and_process_match_simpy() -> None:
+    """`Environment.timeout` and `.process` write simpy's constructors out for speed: the events
+    they make have simpy's fields and queue entries, and the clock (`now`) follows simpy's."""
+
+    def ours_and_simpys(env: simpy.Environment) -> list[Any]:
+        def sleeper() -> Generator[simpy.Event, Any, str]:
+            yield env.timeout(1.5, value="v")
+            return "done"
+
+        timeout = env.timeout(2.0, "x")
+        process = env.process(sleeper())
+        entries = [(t, p, i, type(e).__name__) for t, p, i, e in sorted(env._queue)]
+        fields = [sorted(vars(e)) for e in (timeout, process, process._target)]
+        values = [(timeout._delay, timeout._value, timeout._ok), (process._target._value,)]
+        env.run()
+        return [entries, fields, values, process.value, env.now]
+
+    assert ours_and_simpys(Environment()) == ours_and_simpys(simpy.Environment())
+    with pytest.raises(ValueError, match="Negative delay"):
+        Environment().timeout(-1.0)
