@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sim.model.words import percent
+
 #: 429s per request above which the reading mentions them.
 RATE_LIMIT_NOTE = 0.05
 
 
 def _pct(value: float) -> str:
-    return f"{value:.1%}"
+    return percent(value)  # a rare miss is never rounded away (99.98% is not "100.0%")
 
 
 def _ci(row: pd.Series) -> str:

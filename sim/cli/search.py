@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sim.cli.common import bad_input_exits, err, load, num, out, policy_names
+from sim.model.words import percent
 from sim.output.results import check_writable, default_folder, write_stress_results
 from sim.output.slo_view import run_view, slo_table
 from sim.study.runner import chosen_policies
@@ -139,8 +140,8 @@ def tune_table(summary: pd.DataFrame, note: str) -> Table:
     for row in summary.to_dict("records"):
         table.add_row(
             str(row["policy"]),
-            f"{row['valid_hit_rate']:.2%}",
-            f"{row['hit_rate']:.2%}",
+            percent(row["valid_hit_rate"], 2),
+            percent(row["hit_rate"], 2),
             num(row["cost_per_request_usd"], 4),
             num(row["quality_mean"], 3),
         )

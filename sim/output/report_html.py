@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.analysis.reading import read_policies, read_sweep
-from sim.model.words import percent_interval, plural
+from sim.model.words import percent, percent_interval, plural
 from sim.output.plots import folder_figures, png_bytes
 from sim.output.slo_view import folder_view, slo_html
 from sim.output.store import write_atomic
@@ -57,7 +57,7 @@ RUN_COLUMNS = (
     ("cost_per_success_usd", "$/success", "{:.4f}"),
     ("calls_per_request", "calls/req", "{:.2f}"),
     ("rate_limited_per_request", "429s/req", "{:.2f}"),
-    ("customer_success_rate", "customer success", "{:.1%}"),
+    ("customer_success_rate", "customer success", "%"),  # by `percent`
     ("quality_mean", "quality", "{:.3f}"),
 )
 
@@ -152,7 +152,8 @@ def comparison_table(summary: pd.DataFrame, keys: list[str]) -> str:
         for column, _h, fmt in RUN_COLUMNS:
             if column in summary:
                 value = row[column]
-                cells.append(f"<td>{'n/a' if pd.isna(value) else fmt.format(value)}</td>")
+                text = percent(value) if fmt == "%" else fmt.format(value)
+                cells.append(f"<td>{'n/a' if pd.isna(value) else text}</td>")
         if "replications" in summary:
             cells.append(f"<td>{int(row['replications'])}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")

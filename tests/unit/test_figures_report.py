@@ -192,6 +192,24 @@ def test_reading_says_when_differences_are_noise() -> None:
     assert "race met 0.30 rate-limited calls" in text
 
 
+def test_reading_never_rounds_a_rare_miss_away() -> None:
+    """A policy at 99.98% is not "100.0%" in the reading (it once was: `.1%` formatting)."""
+    summary = pd.DataFrame(
+        {
+            "policy": ["race", "hedge"],
+            "hit_rate": [1.0, 0.9998],
+            "hit_rate_lo": [0.99923, 0.99887],
+            "hit_rate_hi": [1.0, 0.99996],
+            "cost_per_request_usd": [0.36, 0.20],
+            "cost_per_success_usd": [0.36, 0.20],
+            "rate_limited_per_request": [0.0, 0.0],
+        }
+    )
+    text = " ".join(read_policies(summary))
+    assert "hedge (99.98% [99.9%, 99.996%])" in text
+    assert "race meets the deadline most often: 100.0% [99.9%, 100.0%]" in text
+
+
 def test_run_result_saves_and_plots(tmp_path: Path, contract_data: dict[str, Any]) -> None:
     scenario = scenario_from_dict({**contract_data, "pilot": {"requests": 40}}, source="c.yaml")
     result = sim.run(scenario, requests=30, policies=["wait"])
