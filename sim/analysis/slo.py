@@ -14,17 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
 
 from sim.analysis.aggregate import hit_rate_interval, wilson_score
+from sim.model.words import percent_digits
 
 Z95 = 1.959963984540054
 MET, MISSED, UNDECIDED, UNRESOLVED = "met", "missed", "undecided", "not resolved"
-#: Most decimals a percentage grows to when its rounding would cross the target or 100%.
-MAX_DECIMALS = 12
 NINES_HINT = "run `tailsim nines`"
 
 
@@ -50,18 +49,9 @@ def percent(value: float, target: float, decimals: int) -> str:
     as many as it takes for the printed figure to stay on the same side of `target` and of 100%
     as the value itself (99.9949% is never printed 99.995% against a target of 99.995%, nor
     99.99996% as 100.000%). Exactly 1 prints as 100."""
-    if math.isnan(value):
-        return "n/a"
     if value >= 1.0:
         return "100"
-    exact = Decimal(value) * 100
-    bounds = (Decimal(str(target)) * 100, Decimal(100))
-    for d in range(decimals, MAX_DECIMALS + 1):
-        shown = exact.quantize(Decimal(1).scaleb(-d), rounding=ROUND_HALF_EVEN)
-        if all((shown < bound) == (exact < bound) for bound in bounds):
-            return f"{shown:f}"
-    cut = exact.quantize(Decimal(1).scaleb(-MAX_DECIMALS), rounding=ROUND_FLOOR)
-    return f"{cut:f}"  # still level with a bound only when equal to it within 1e-12 %
+    return percent_digits(value, decimals, below=(target, 1.0))
 
 
 @dataclass(frozen=True)

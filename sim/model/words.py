@@ -4,6 +4,7 @@ that never round a rare miss away."""
 from __future__ import annotations
 
 import math
+from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 
 
 def plural(count: int | float, noun: str, many: str = "") -> str:
@@ -11,18 +12,38 @@ def plural(count: int | float, noun: str, many: str = "") -> str:
     return f"{count} {noun if count == 1 else many or noun + 's'}"
 
 
+#: Most decimals a percentage grows to when its rounding would cross one of its bounds.
+MAX_DECIMALS = 12
+
+
+def percent_digits(
+    share: float, decimals: int, below: tuple[float, ...] = (), above: tuple[float, ...] = ()
+) -> str:
+    """`share` x 100 in exact decimals, without the % sign: `decimals` decimals or as many more
+    as it takes for the printed figure to stay below every bound in `below` the share is below,
+    and above every bound in `above` it is above (so rounding never carries a value across a
+    promise: 99.9949% is not printed 99.995% against a 99.995% target). "n/a" for NaN."""
+    if math.isnan(share):
+        return "n/a"
+    exact = Decimal(share) * 100
+    under = [Decimal(str(b)) * 100 for b in below]
+    over = [Decimal(str(b)) * 100 for b in above]
+    for places in range(decimals, MAX_DECIMALS + 1):
+        shown = exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+        if all((shown < b) == (exact < b) for b in under) and all(
+            (shown > b) == (exact > b) for b in over
+        ):
+            return f"{shown:f}"
+    cut = exact.quantize(Decimal(1).scaleb(-MAX_DECIMALS), rounding=ROUND_FLOOR)
+    return f"{cut:f}"  # still level with a bound only when equal to it within 1e-12 %
+
+
 def percent(share: float, decimals: int = 1) -> str:
     """`share` (in [0, 1]) as a percentage with `decimals` decimals, more where rounding would
     turn a share short of 1 into "100.0%" or a positive one into "0.0%": a rare miss or a rare
     hit never disappears in the rounding (99.993% prints "99.99%", not "100.0%")."""
-    if math.isnan(share):
-        return "n/a"
-    for places in range(decimals, 7):
-        text = f"{share:.{places}%}"
-        if (share < 1 and text == f"{1:.{places}%}") or (share > 0 and text == f"{0:.{places}%}"):
-            continue
-        return text
-    return text
+    digits = percent_digits(share, decimals, below=(1.0,), above=(0.0,))
+    return digits if digits == "n/a" else digits + "%"
 
 
 def percent_interval(share: float, low: float, high: float) -> str:

@@ -64,6 +64,7 @@ def sdk_calls_restart_their_timeout(result: sim.RunResult) -> None:
     retry); those the client cut ended exactly then."""
     for policy in (STACKED, ALONE):
         c = _calls(result, policy)
+        # simulated seconds from the call's send to its end (no wall clock is read)
         took = (c["end_s"] - c["start_s"]).to_numpy(float)
         assert took.max() <= TIMEOUT_S + EPS
         cut = (c["ended_by"] == "sdk").to_numpy()
