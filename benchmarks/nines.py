@@ -27,10 +27,10 @@ import pandas as pd
 from scipy.optimize import brentq
 
 from sim.analysis.chain_exact import chain_miss_probability
-from sim.analysis.weighted import plain_runs_needed
 from sim.model.latency import LogNormal
 from sim.model.scenario import load_scenario, with_overrides
-from sim.study.nines import estimate_nines
+from sim.rare.nines import estimate_nines
+from sim.rare.weighted import plain_runs_needed
 
 OUT = Path("results/benchmarks/nines")
 

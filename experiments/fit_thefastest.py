@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from _common import DATA, out_dir, save
 
-from sim.analysis.fit_report import bucket_table, fit_calls, fitted_yaml
-from sim.analysis.log_readers import read_call_logs
-from sim.output.fit_plots import fit_figure
-from sim.study.fit_check import replay
+from sim.calibration.check import replay
+from sim.calibration.log_readers import read_call_logs
+from sim.calibration.plots import fit_figure
+from sim.calibration.report import bucket_table, fit_calls, fitted_yaml
 
 LOG = DATA / "thefastest-ai" / "thefastest_ai_requests.csv"
 

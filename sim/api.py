@@ -18,9 +18,9 @@ from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario, with_overrides
 from sim.model.version import __version__
 from sim.output.results import ECDF_FIGURE_POINTS, write_results
+from sim.rare.nines import NinesResult, estimate_nines
 from sim.study import result as study
 from sim.study import runner
-from sim.study.nines import NinesResult, estimate_nines
 from sim.study.points import SweepPoint
 from sim.study.sweep import run_sweep, with_engine
 
@@ -159,7 +159,7 @@ def nines(
 ) -> NinesResult:
     """Each policy's deadline-miss probability with its 95% CI by importance sampling, as
     `tailsim nines` prints it (`.table` is nines.csv); `options` are
-    `sim.study.nines.estimate_nines`'s (seed, method, batch, pilot, attempts, engine, max_runs)."""
+    `sim.rare.nines.estimate_nines`'s (seed, method, batch, pilot, attempts, engine, max_runs)."""
     return estimate_nines(
         scenario, list(policies) if policies else None, target_rel_error, budget_s, **options
     )

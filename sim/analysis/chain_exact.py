@@ -4,7 +4,7 @@ A step's latency is first token + generation + stall: T + K/S + B X with T, S lo
 (K tokens at speed S: a lognormal too), B ~ Bernoulli(p) and X the stall's length. The sum of
 n independent steps is computed by numerical convolution: each law's mass per grid cell (from
 its exact cdf), multiplied in Fourier space, n-th power, summed past the deadline. It is the
-reference the rare-event estimate (`sim.study.nines`) is held to.
+reference the rare-event estimate (`sim.rare.nines`) is held to.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from sim.analysis.fit_extras import fit_extras
-from sim.analysis.fit_report import (
+from sim.calibration.extras import fit_extras
+from sim.calibration.log_readers import parse_columns, read_call_logs
+from sim.calibration.plots import fit_figure
+from sim.calibration.report import (
     MODES,
     bucket_table,
     extras_summary,
@@ -26,10 +28,8 @@ from sim.analysis.fit_report import (
     report_table,
     sample_files,
 )
-from sim.analysis.log_readers import parse_columns, read_call_logs
 from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, out
 from sim.model.errors import ScenarioError
-from sim.output.fit_plots import fit_figure
 
 
 @click.command("fit")

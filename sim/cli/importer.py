@@ -1,6 +1,6 @@
 """`tailsim import litellm CONFIG.yaml [--out SCENARIO.yaml]`: a LiteLLM config as a scenario.
 
-The conversion is `sim.model.litellm_import`; this writes the scenario (with a header comment
+The conversion is `sim.adapters.litellm`; this writes the scenario (with a header comment
 saying what to edit and every key not imported), lists the keys not imported on stderr, and
 checks that the result loads, so what it writes `tailsim check` accepts.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 import yaml
 
+from sim.adapters.litellm import Imported, Placeholders, import_litellm
 from sim.cli.common import bad_input_exits, err, out
 from sim.model.errors import ScenarioError
-from sim.model.litellm_import import Imported, Placeholders, import_litellm
 from sim.model.scenario import parse_yaml, scenario_from_dict
 from sim.model.version import __version__
 

@@ -1,5 +1,5 @@
 """`tailsim nines`: each policy's deadline-miss probability down to 1e-5 and below, by
-importance sampling (`sim.study.nines`), as a table, nines.csv and a figure."""
+importance sampling (`sim.rare.nines`), as a table, nines.csv and a figure."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sim.output.slo_view import nines_note, nines_view, scenario_slo, slo_table
 from sim.study.runner import chosen_policies
 
 if TYPE_CHECKING:
-    from sim.study.nines import NinesResult
+    from sim.rare.nines import NinesResult
 
 
 @click.command()
@@ -60,13 +60,13 @@ def nines(
 ) -> None:
     """Estimate each policy's probability of missing the deadline (and of failing outright),
     with a 95% CI, by importance sampling: rare misses (1e-4, 1e-5) in seconds."""
-    from sim.output.nines import (  # noqa: PLC0415 - matplotlib only when asked for
+    from sim.rare.nines import estimate_nines  # noqa: PLC0415
+    from sim.rare.output import (  # noqa: PLC0415 - matplotlib only when asked for
         as_nines,
         comparison_lines,
         composition_lines,
         write_nines,
     )
-    from sim.study.nines import estimate_nines  # noqa: PLC0415
 
     with bad_input_exits():
         _source, spec = load(scenario)

@@ -75,8 +75,8 @@ def tune_command(
     quiet: bool,
 ) -> None:
     """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
+    from sim.rare.finalists import check_finalists, check_lines  # noqa: PLC0415
     from sim.study.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
-    from sim.study.tune_nines import check_finalists, check_lines  # noqa: PLC0415
 
     with bad_input_exits(), _tune_progress(quiet) as tick:
         outcome = run_tune(

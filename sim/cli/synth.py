@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from sim.calibration.call_log import check_log_target, write_call_log
+from sim.calibration.synth import synth_calls
 from sim.cli.common import bad_input_exits, interrupt_between_events, load, out
-from sim.output.call_log import check_log_target, write_call_log
-from sim.study.synth import synth_calls
 
 
 @click.command()

@@ -240,7 +240,7 @@ def tune(
 ) -> TuneResult:
     """Search the tuned policy of `scenario` (see the module docstring); with `slo` (target,
     metric), the cheapest that meets the target (see `Score`). Where `requests` are too few for
-    plain runs to show the target met, `check` (`sim.study.tune_nines`) judges the best few
+    plain runs to show the target met, `check` (`sim.rare.finalists`) judges the best few
     finalists otherwise (by importance sampling) and picks among them."""
     root = scenario.seed if seed is None else seed
     ev = Evaluator(scenario, search_seed(root), requests, max_cost, min_quality, slo)

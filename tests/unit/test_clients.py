@@ -17,6 +17,7 @@ import pytest
 import simpy
 
 import sim
+from sim.calibration.synth import calls_to_log
 from sim.engine.choice import vectorized_tables
 from sim.model.backoff import retry_wait, sdk_wait
 from sim.model.config import ProviderSpec, SdkSpec
@@ -27,7 +28,6 @@ from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
 from sim.policy.build import build_policy
-from sim.study.synth import calls_to_log
 from tests.unit.helpers import (
     Draw,
     ScriptedBank,

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from sim.analysis.fit_marginals import _bounded, fit_stall_mixture, fit_truncated_lognormal
-from sim.analysis.fit_report import fit_one, ks_p_value
+from sim.calibration.marginals import _bounded, fit_stall_mixture, fit_truncated_lognormal
+from sim.calibration.report import fit_one, ks_p_value
 from sim.cli import main
 from sim.model.config import DistSpec
 from sim.model.latency import LogNormal, build_distribution

@@ -1,4 +1,4 @@
-"""Cut calls as right-censored observations in `tailsim fit` (sim.analysis.fit_censored): a call
+"""Cut calls as right-censored observations in `tailsim fit` (sim.calibration.censored): a call
 the client cut at elapsed c contributes log P(latency > c). Calls drawn from known parameters
 and censored at a fixed c come back within 4 of their SEs (a 4-sigma miss: 6e-5 per value),
 and the same fit without the censored calls is biased by far more (so the test can fail); the
@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.analysis.fit_censored import Censored
-from sim.analysis.fit_extras import fit_extras
-from sim.analysis.fit_marginals import fit_group, fit_stall_mixture
-from sim.analysis.fit_report import _cut_in_spells, fit_calls
+from sim.calibration.censored import Censored
+from sim.calibration.extras import fit_extras
+from sim.calibration.marginals import fit_group, fit_stall_mixture
+from sim.calibration.report import _cut_in_spells, fit_calls
+from sim.calibration.synth import synth_calls
 from sim.model.latency import LogNormal
 from sim.model.scenario import load_scenario
-from sim.study.synth import synth_calls
 
 SPEED = (60.0, 110.0)
 EXTRA = (30.0, 80.0)

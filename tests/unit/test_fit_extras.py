@@ -1,4 +1,4 @@
-"""The fit extras (sim.analysis.fit_extras and its modules) and `tailsim synth`: each extra
+"""The fit extras (sim.calibration.extras and its modules) and `tailsim synth`: each extra
 recovers known parameters from logs drawn with them, and is not reported where it is absent.
 
 Every statistical test fixes its seeds; tolerances are stated against the standard errors."""
@@ -13,16 +13,16 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from sim.analysis.calllog import CALL_LOG_COLUMNS
-from sim.analysis.fit_arrivals import fit_arrivals
-from sim.analysis.fit_episodes import fit_spells
-from sim.analysis.fit_extras import fit_extras
-from sim.analysis.fit_overhead import fit_overhead
+from sim.calibration.arrivals import fit_arrivals
+from sim.calibration.calllog import CALL_LOG_COLUMNS
+from sim.calibration.episodes import fit_spells
+from sim.calibration.extras import fit_extras
+from sim.calibration.overhead import fit_overhead
+from sim.calibration.synth import calls_to_log, synth_calls
 from sim.cli import main
 from sim.model.arrivals import arrival_times
 from sim.model.config import ArrivalsSpec
 from sim.model.scenario import scenario_from_dict
-from sim.study.synth import calls_to_log, synth_calls
 
 REPO = Path(__file__).resolve().parents[2]
 AZURE = REPO / "scenarios" / "data" / "azure-llm-trace-2023" / "AzureLLMInferenceTrace_code.csv"

@@ -12,13 +12,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from sim.analysis import log_readers
-from sim.analysis.calllog import CALL_LOG_COLUMNS
-from sim.analysis.log_readers import parse_columns, read_call_logs
+from sim.calibration import log_readers
+from sim.calibration.calllog import CALL_LOG_COLUMNS
+from sim.calibration.log_readers import parse_columns, read_call_logs
+from sim.calibration.synth import synth_calls
 from sim.cli import main
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario, scenario_from_dict
-from sim.study.synth import synth_calls
 
 GOOD = "2024-04-15T08:00:00,p,m,100,20,0.3,1.2,ok"
 CSV_HEAD = "timestamp,provider,model,input_tokens,output_tokens,ttft_s,latency_s,status"

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.analysis.fit_report import GroupFit, fit_calls
-from sim.analysis.log_readers import read_call_logs
-from sim.study.fit_check import order_interval, replay
+from sim.calibration.check import order_interval, replay
+from sim.calibration.log_readers import read_call_logs
+from sim.calibration.report import GroupFit, fit_calls
 
 LOG = Path(__file__).parents[2] / "experiments/data/thefastest-ai/thefastest_ai_requests.csv"
 

@@ -12,12 +12,12 @@ import pytest
 from scipy.integrate import quad
 from scipy.stats import lognorm
 
-from sim.analysis.fit_marginals import fit_group, mixture_loglik
-from sim.analysis.log_readers import read_call_logs
+from sim.calibration.log_readers import read_call_logs
+from sim.calibration.marginals import fit_group, mixture_loglik
+from sim.calibration.synth import synth_calls
 from sim.model.config import ServingSpec
 from sim.model.latency import LogNormal
 from sim.model.scenario import scenario_from_dict
-from sim.study.synth import synth_calls
 
 N = 50_000
 TTFT = (0.8, 4.0)

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+from sim.adapters.litellm import import_litellm
 from sim.cli import main
 from sim.model.config import RouterPolicy
-from sim.model.litellm_import import import_litellm
 from sim.model.scenario import load_scenario
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "litellm"

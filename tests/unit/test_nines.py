@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from sim.analysis.chain_exact import chain_miss_probability
-from sim.analysis.weighted import WeightedTally, cross_entropy_update, plain_runs_needed
 from sim.cli import main
 from sim.model.latency import U_STALL, U_TTFT, LogNormal
 from sim.model.scenario import load_scenario, with_overrides
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.tilt import SlotTilt, Tilt, TiltedDrawBank, identity_tilt, slot_keys
-from sim.study import nines as nines_module
-from sim.study.nines import estimate_nines
+from sim.rare import nines as nines_module
+from sim.rare.nines import estimate_nines
+from sim.rare.tilt import SlotTilt, Tilt, TiltedDrawBank, identity_tilt, slot_keys
+from sim.rare.weighted import WeightedTally, cross_entropy_update, plain_runs_needed
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAIN = ROOT / "tests" / "data" / "nines-chain.yaml"
@@ -234,7 +234,7 @@ def test_the_jump_update_gives_the_big_jump_to_one_step() -> None:
     """Elite: some step drew a stall with length score z > 2 (five alike steps, pooled). The
     EM step must put the long stall in the jump tilt (likely stall, shifted length) and leave
     the background near the plain law: the elite draw's other steps are ordinary."""
-    from sim.analysis.weighted import jump_update  # noqa: PLC0415
+    from sim.rare.weighted import jump_update  # noqa: PLC0415
 
     steps = [f"s{i}" for i in range(5)]
     keys = slot_keys(steps, 1)

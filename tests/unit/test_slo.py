@@ -35,7 +35,7 @@ from sim.cli import main
 from sim.model.scenario import scenario_from_dict
 from sim.output.slo_view import nines_note, nines_view
 from sim.output.store import fingerprint
-from sim.study import tune_nines
+from sim.rare import finalists as finalists_module
 from sim.study.tune import Evaluator, Score, SloPart, tune
 
 FLOOR = Path(__file__).resolve().parents[2] / "scenarios" / "quality-floor.yaml"
@@ -435,13 +435,13 @@ def test_the_finalists_check_keeps_the_cheapest_that_nines_shows_meeting_the_tar
         seen["policies"] = list(candidates.policies)
         return _Estimate([(n, *m) for n, m in zip(names, misses, strict=True)])
 
-    monkeypatch.setattr(tune_nines, "estimate_nines", fake)
+    monkeypatch.setattr(finalists_module, "estimate_nines", fake)
     finalists = _finalists([0.05, 0.07, 0.09], junk)
-    index, check = tune_nines.check_finalists(scenario, finalists, (0.9999, "valid_hit_rate"))
+    index, check = finalists_module.check_finalists(scenario, finalists, (0.9999, "valid_hit_rate"))
     assert seen["policies"] == ["tuned_1", "tuned_2", "tuned_3"]  # estimated together
     assert index == kept
     assert [r.status for r in check.readings] == statuses
-    assert "<- kept as `tuned`" in tune_nines.check_lines(check)[kept + 1]
+    assert "<- kept as `tuned`" in finalists_module.check_lines(check)[kept + 1]
     if statuses[1] == UNDECIDED:  # said why, not "CI straddles"
         assert "straddles" not in check.readings[1].verdict
         assert check.readings[1].verdict.startswith("undecided: ")

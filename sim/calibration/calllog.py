@@ -1,7 +1,7 @@
 """The normalized call log `tailsim fit` works on: one row per LLM call, fixed columns and dtypes.
 
-Readers (`sim.analysis.log_readers`, `sim.analysis.otlp`) turn CSV, Parquet and OTLP JSON into
-it; the fits (`sim.analysis.fit_marginals`, `sim.analysis.fit_extras`) read only these columns.
+Readers (`sim.calibration.log_readers`, `sim.calibration.otlp`) turn CSV, Parquet and OTLP JSON into
+it; the fits (`sim.calibration.marginals`, `sim.calibration.extras`) read only these columns.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (a timeout, a deadline's or a race's cancellation) says only that the call would have taken
 longer than c; it contributes log P(latency > c) under the fitted law (docs/fitting.md).
 
-The law's parameters theta are those of `sim.analysis.fit_marginals.mixture_loglik`:
+The law's parameters theta are those of `sim.calibration.marginals.mixture_loglik`:
 (mu_v, log s_v, logit p, mu_s, log s_s); the integrals are Gauss-Legendre over a quantile.
 """
 

@@ -20,7 +20,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from sim.analysis.fit_report import GroupFit
+from sim.calibration.report import GroupFit
 
 TAIL_RED = "#c0392b"
 #: Groups drawn in the ECDF grid at most (the largest by calls).

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binom
 
-from sim.analysis.fit_report import GroupFit, fitted_document, sample_files, yaml_name
+from sim.calibration.report import GroupFit, fitted_document, sample_files, yaml_name
 from sim.model.scenario import scenario_from_dict
 from sim.study.runner import run as run_policies
 

@@ -19,8 +19,8 @@ import pandas as pd
 import yaml
 from scipy.stats import ks_2samp, kstwo
 
-from sim.analysis.fit_extras import ExtraFit, nan_free
-from sim.analysis.fit_marginals import MarginalFit, fit_group
+from sim.calibration.extras import ExtraFit, nan_free
+from sim.calibration.marginals import MarginalFit, fit_group
 
 #: Model draws used for a fitted distribution's percentiles and KS distance.
 MODEL_DRAWS = 100_000

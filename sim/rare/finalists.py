@@ -1,5 +1,5 @@
 """`tune` against an SLO that plain runs cannot resolve: the search's best few finalists judged by
-`tailsim nines` (importance sampling, `sim.study.nines`), and the cheapest whose 95% interval
+`tailsim nines` (importance sampling, `sim.rare.nines`), and the cheapest whose 95% interval
 shows the target met kept.
 
 Plain runs can show a target met only from target z^2 / (1 - target) runs without a miss
@@ -27,7 +27,7 @@ from sim.analysis.slo import MET, UNDECIDED, SloReading, miss_reading, target_te
 from sim.model.config import Scenario
 from sim.model.scenario import with_overrides
 from sim.model.words import plural
-from sim.study.nines import estimate_nines
+from sim.rare.nines import estimate_nines
 from sim.study.tune import TUNED, Score, policy_mapping
 
 #: Default wall-time budget of the finalists' estimate, seconds, and its relative error goal.

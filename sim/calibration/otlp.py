@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.analysis.calllog import Garbage, conform, empty_call_log
+from sim.calibration.calllog import Garbage, conform, empty_call_log
 from sim.model.errors import ScenarioError
 
 MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model")

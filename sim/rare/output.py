@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from sim.output.colors import policy_colors
 from sim.output.results import staged
-from sim.study.nines import NinesResult
+from sim.rare.nines import NinesResult
 
 NINES_FIGURE = "figures/nines.png"
 

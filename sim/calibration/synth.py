@@ -2,7 +2,7 @@
 
 The round trip's other half of `tailsim fit`: the scenario runs on the simulator (bad spells,
 difficulty, load slowdown and all, as the engine applies them) and its calls table becomes the
-normalized call log (`sim.analysis.calllog`, docs/fitting.md), one row per call.
+normalized call log (`sim.calibration.calllog`, docs/fitting.md), one row per call.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.analysis.calllog import CALL_LOG_COLUMNS, conform
 from sim.analysis.capacity import ALL
+from sim.calibration.calllog import CALL_LOG_COLUMNS, conform
 from sim.model.config import Scenario
 from sim.study.runner import chosen_policies, run
 

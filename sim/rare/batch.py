@@ -1,6 +1,6 @@
 """One batch of a rare-event estimate: every chosen policy on one tilted draw bank.
 
-Apart from `sim.study.nines` (the loop: pilot, cross-entropy fit, batches until the target
+Apart from `sim.rare.nines` (the loop: pilot, cross-entropy fit, batches until the target
 error) so each module keeps one job. A batch is a run of the scenario as `tailsim run` makes
 it (same engines, same choice between them), on fresh arrivals and a `TiltedDrawBank`: every
 policy reads the same tilted inputs and is judged with the same per-request weights.
@@ -17,7 +17,7 @@ from sim.analysis.capacity import ALL
 from sim.engine.simulation import serving_latencies
 from sim.model.config import Scenario
 from sim.model.latency import U_STALL, U_STALL_EXTRA, CallLatency
-from sim.model.tilt import Tilt, TiltedDrawBank
+from sim.rare.tilt import Tilt, TiltedDrawBank
 from sim.study.policy_run import RunPlan, run_policy
 
 

@@ -1,4 +1,4 @@
-"""Reading call logs (CSV, Parquet; OTLP JSON via `sim.analysis.otlp`) into the normalized log.
+"""Reading call logs (CSV, Parquet; OTLP JSON via `sim.calibration.otlp`) into the normalized log.
 
 Files are read in chunks (a 1 GB file never sits in memory as text), columns are found by their
 usual names or mapped with `--columns NAME=COLUMN`, and rows that cannot be a call (negative or
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from sim.analysis.calllog import STATUSES, Garbage, conform, empty_call_log
-from sim.analysis.otlp import read_otlp_log
+from sim.calibration.calllog import STATUSES, Garbage, conform, empty_call_log
+from sim.calibration.otlp import read_otlp_log
 from sim.model.errors import ScenarioError
 
 #: Rows per chunk read from a CSV or Parquet file.

@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from sim.analysis.fit_arrivals import fit_arrivals as _fit_arrivals
-from sim.analysis.fit_episodes import fit_spells, spell_probability
-from sim.analysis.fit_hardness import HardnessFit, fit_hardness, request_effects
-from sim.analysis.fit_load import fit_load
-from sim.analysis.fit_overhead import fit_overhead
+from sim.calibration.arrivals import fit_arrivals as _fit_arrivals
+from sim.calibration.episodes import fit_spells, spell_probability
+from sim.calibration.hardness import HardnessFit, fit_hardness, request_effects
+from sim.calibration.load import fit_load
+from sim.calibration.overhead import fit_overhead
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def _by_provider(calls: pd.DataFrame, usable: pd.Series) -> list[tuple[str, pd.D
 
 
 def episodes_fit(part: pd.DataFrame, residual: pd.Series, provider: str) -> ExtraFit:
-    """Bad spells of one provider (`sim.analysis.fit_episodes`)."""
+    """Bad spells of one provider (`sim.calibration.episodes`)."""
     start = part["start_s"].to_numpy(float)
     fit = fit_spells(start, residual.to_numpy(float))
     block = {"every_s": fit.every_s, "last_s": fit.last_s, "slowdown": fit.slowdown}
@@ -165,7 +165,7 @@ def episodes_fit(part: pd.DataFrame, residual: pd.Series, provider: str) -> Extr
 def load_fit(
     part: pd.DataFrame, residual: pd.Series, provider: str, concurrency: float | None
 ) -> ExtraFit:
-    """The load curve of one provider (`sim.analysis.fit_load`)."""
+    """The load curve of one provider (`sim.calibration.load`)."""
     fit = fit_load(
         part["start_s"].to_numpy(float),
         part["latency_s"].to_numpy(float),
@@ -183,7 +183,7 @@ def load_fit(
 
 
 def overhead_fit(part: pd.DataFrame, provider: str) -> ExtraFit | None:
-    """The client overhead of one provider's calls (`sim.analysis.fit_overhead`), if logged."""
+    """The client overhead of one provider's calls (`sim.calibration.overhead`), if logged."""
     fit = fit_overhead(part["latency_s"].to_numpy(float), part["server_latency_s"].to_numpy(float))
     if fit is None:
         return None
@@ -198,7 +198,7 @@ def overhead_fit(part: pd.DataFrame, provider: str) -> ExtraFit | None:
 
 
 def difficulty_extra(fit: HardnessFit) -> ExtraFit:
-    """The per-request difficulty (`sim.analysis.fit_hardness`) as an extra."""
+    """The per-request difficulty (`sim.calibration.hardness`) as an extra."""
     return ExtraFit(
         "difficulty",
         fit.supported,
@@ -219,7 +219,7 @@ def arrivals_fit(calls: pd.DataFrame) -> ExtraFit:
 
 
 def fit_arrivals(start_s: np.ndarray) -> ExtraFit:
-    """Poisson or bursty arrivals from start timestamps (`sim.analysis.fit_arrivals`)."""
+    """Poisson or bursty arrivals from start timestamps (`sim.calibration.arrivals`)."""
     fit = _fit_arrivals(np.asarray(start_s, float))
     return ExtraFit(
         "arrivals", fit.supported, fit.block, fit.standard_errors, fit.evidence, "arrivals"

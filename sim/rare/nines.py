@@ -3,7 +3,7 @@
 `estimate_nines(scenario, policies, target_rel_error, budget_s)` fits one tilt per policy by the
 cross-entropy method on pilot batches (multilevel: the elite is the top 10% by latency /
 deadline until the miss itself is reached), then draws batches of requests from the defensive
-mixture of the nominal law and those tilts (`sim.model.tilt.TiltedDrawBank`), runs every
+mixture of the nominal law and those tilts (`sim.rare.tilt.TiltedDrawBank`), runs every
 policy on each batch (common random numbers: the same inputs and weights for every policy),
 and stops when every policy's 95% interval is within `target_rel_error` of its estimate, or
 at the budget. The weights are watched (effective sample size, the largest weight's share): if
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from sim.analysis.weighted import WeightedTally, jump_update
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.model.tilt import Tilt, identity_tilt, jump_components, slot_keys
 from sim.policy.deadlines import admission_needs_pilot, resolve_expected
-from sim.study.nines_batch import Setup, batch_seed, make_setup, run_batch, stall_seconds
+from sim.rare.batch import Setup, batch_seed, make_setup, run_batch, stall_seconds
+from sim.rare.tilt import Tilt, identity_tilt, jump_components, slot_keys
+from sim.rare.weighted import WeightedTally, jump_update
 from sim.study.pilot import needs_pilot, resolve_specs, step_latencies
 from sim.study.runner import chosen_policies
 

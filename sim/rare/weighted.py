@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.model.latency import U_STALL, U_STALL_EXTRA
-from sim.model.tilt import RAISED, SHIFTED, SlotSample, SlotTilt, Tilt, log_ratio
+from sim.rare.tilt import RAISED, SHIFTED, SlotSample, SlotTilt, Tilt, log_ratio
 
 #: z of a two-sided 95% interval.
 Z95 = 1.959963984540054

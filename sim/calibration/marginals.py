@@ -9,7 +9,7 @@ generation set to nothing). The stall mixture's likelihood integrates the convol
 generation time and stall per call by Gauss-Legendre quadrature over generation's quantile;
 standard errors come from the outer product of per-call scores (BHHH) and the delta method.
 Calls the client cut (status `timeout`) are right-censored: each adds log P(latency > elapsed)
-(`sim.analysis.fit_censored`), so the longest calls are not dropped from the tail.
+(`sim.calibration.censored`), so the longest calls are not dropped from the tail.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, logsumexp, ndtr, ndtri
 from threadpoolctl import threadpool_limits
 
-from sim.analysis.fit_censored import (
+from sim.calibration.censored import (
     Censored,
     censored_gradient,
     censored_loglik,
