@@ -25,23 +25,28 @@ import simpy
 
 import sim
 from sim.analysis.metrics import calls_frame, requests_frame
-from sim.engine.simulation import Simulation, serving_latencies
+from sim.engine.simulation import Simulation
 from sim.model.arrivals import arrival_times
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
+from sim.plan import compile_scenario
 from sim.policy.build import build_policy
-from sim.study.pilot import resolve_thresholds
+from sim.study.pilot import prepare
 
 
 def tailsim_rate(scenario: sim.Scenario, policy: str, n: int) -> tuple[int, float, float]:
     """(calls, seconds of simulation, seconds including the tables) for one policy."""
-    thresholds = resolve_thresholds(scenario, scenario.seed)
+    plan, _ = prepare(compile_scenario(scenario))
     streams = Streams(scenario.seed, "main")
     arrivals = arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
     bank = CallDrawBank(streams.child("calls"), n)
-    steps = Workflow.from_scenario(scenario).steps
-    runtime = build_policy(policy, scenario.policies[policy], scenario, steps, thresholds[policy])
-    simulation = Simulation(scenario, runtime, bank, streams, latencies=serving_latencies(scenario))
+    runtime = build_policy(
+        policy,
+        scenario.policies[policy],
+        plan.routes,
+        plan.workflow.steps,
+        dict(plan.policies[policy].thresholds),
+    )
+    simulation = Simulation(plan, runtime, bank, streams)
     started = time.perf_counter()
     records = simulation.run(arrivals)
     simulated = time.perf_counter() - started

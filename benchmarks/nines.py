@@ -29,6 +29,7 @@ from scipy.optimize import brentq
 from sim.analysis.chain_exact import chain_miss_probability
 from sim.model.latency import LogNormal
 from sim.model.scenario import load_scenario, with_overrides
+from sim.plan import compile_scenario
 from sim.rare.nines import estimate_nines
 from sim.rare.weighted import plain_runs_needed
 
@@ -54,7 +55,14 @@ def _row(label: str, policy: str, rare, plain) -> dict:  # type: ignore[no-untyp
 
 def _plain(scenario, policies, runs: int, seed: int, engine=None):  # type: ignore[no-untyped-def]
     return estimate_nines(
-        scenario, policies, 1e-9, 1e9, seed=seed, method="plain", max_runs=runs, engine=engine
+        compile_scenario(scenario),
+        policies,
+        1e-9,
+        1e9,
+        seed=seed,
+        method="plain",
+        max_runs=runs,
+        engine=engine,
     )
 
 
@@ -65,7 +73,7 @@ def agree(plain_runs: int, deadlines: tuple[float, ...] = (120.0, 90.0)) -> pd.D
     base = load_scenario("scenarios/default.yaml")
     for deadline in deadlines:
         scenario = with_overrides(base, {"deadline_s": deadline})
-        rare = estimate_nines(scenario, None, 0.05, 120, seed=1)
+        rare = estimate_nines(compile_scenario(scenario), None, 0.05, 120, seed=1)
         plain = _plain(scenario, None, plain_runs, seed=2)
         rows += [_row(f"default, deadline {deadline:g} s", p, rare, plain) for p in plain.estimates]
         OUT.mkdir(parents=True, exist_ok=True)
@@ -79,7 +87,7 @@ def event(plain_runs: int, policies: tuple[str, ...] = ("race_capped", "cut")) -
     scenario = load_scenario("scenarios/tpm-saturation.yaml")
     rows = []
     for policy in policies:
-        rare = estimate_nines(scenario, [policy], 0.05, 300, seed=1)
+        rare = estimate_nines(compile_scenario(scenario), [policy], 0.05, 300, seed=1)
         plain = _plain(scenario, [policy], plain_runs, seed=2)
         rows.append(_row("tpm-saturation (shared TPM quota)", policy, rare, plain))
         OUT.mkdir(parents=True, exist_ok=True)
@@ -103,7 +111,9 @@ def speedup() -> pd.DataFrame:
             deadline = brentq(lambda d, t=target: math.log(exact(d) / t), 40, 300, xtol=0.01)
             scenario = with_overrides(base, {"deadline_s": float(deadline)})
             began = time.perf_counter()
-            rare = estimate_nines(scenario, None, 0.1, 3600, seed=3, engine=engine)
+            rare = estimate_nines(
+                compile_scenario(scenario), None, 0.1, 3600, seed=3, engine=engine
+            )
             seconds = time.perf_counter() - began
             r = rare.table.iloc[0]
             rare_runs = int(r["runs"] + r["pilot_runs"])

@@ -18,30 +18,33 @@ import numpy as np
 from scipy.special import ndtri
 
 import sim
-from sim.engine.simulation import serving_latencies
 from sim.engine.vector_tables import tables
 from sim.engine.vectorized import simulate
 from sim.model.arrivals import arrival_times
 from sim.model.latency import LogNormal
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
+from sim.plan import compile_scenario
 from sim.policy.build import build_policy
-from sim.study.pilot import resolve_thresholds
+from sim.study.pilot import prepare
 
 
 def vectorized_seconds(scenario: sim.Scenario, policy: str, n: int) -> tuple[float, float]:
     """(seconds of the engine, seconds with the tables) for one policy, from fresh draws."""
-    thresholds = resolve_thresholds(scenario, scenario.seed)
+    plan, _ = prepare(compile_scenario(scenario))
     streams = Streams(scenario.seed, "main")
     arrivals = arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
-    steps = Workflow.from_scenario(scenario).steps
-    runtime = build_policy(policy, scenario.policies[policy], scenario, steps, thresholds[policy])
-    latencies = serving_latencies(scenario)
+    runtime = build_policy(
+        policy,
+        scenario.policies[policy],
+        plan.routes,
+        plan.workflow.steps,
+        dict(plan.policies[policy].thresholds),
+    )
     started = time.perf_counter()
     bank = CallDrawBank(streams.child("calls"), n)
-    runs, calls = simulate(scenario, runtime, bank, arrivals, latencies=latencies)
+    runs, calls = simulate(plan, runtime, bank, arrivals)
     engine = time.perf_counter() - started
-    tables(scenario, policy, runs, calls)
+    tables(plan, policy, runs, calls)
     return engine, time.perf_counter() - started
 
 

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.model.scenario import load_scenario, with_overrides
+from sim.model.scenario import load_scenario
 from sim.model.version import __version__
 from sim.output.results import ECDF_FIGURE_POINTS, write_results
+from sim.plan import Plan, compile_scenario, recompile
 from sim.rare.nines import NinesResult, estimate_nines
 from sim.study import result as study
 from sim.study import runner
@@ -37,9 +38,14 @@ class RunResult(study.RunResult):
         """The public result of the study layer's `result` (the same tables, not copied)."""
         return cls(**{f.name: getattr(result, f.name) for f in fields(result)})
 
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario that ran (its plan's source)."""
+        return self.plan.scenario
+
     def save(self, folder: str | Path, figures: bool = True) -> Path:
         """Write the run's result files to `folder` (as `tailsim run --out` does)."""
-        return write_results(self, Path(folder), self.scenario.name, __version__, figures)
+        return write_results(self, Path(folder), self.plan.name, __version__, figures)
 
     def plot(self) -> Figure:
         """The run's comparison figure (latency against the deadline; the trade), for a notebook."""
@@ -48,8 +54,8 @@ class RunResult(study.RunResult):
         return policy_comparison(
             self.summary,
             self.latency_table(ECDF_FIGURE_POINTS),
-            self.scenario.deadline_s,
-            self.scenario.name,
+            self.plan.deadline_s,
+            self.plan.name,
         )
 
 
@@ -62,11 +68,16 @@ class SweepResult(study.SweepResult):
         """The public result of the study layer's `result` (the same tables, not copied)."""
         return cls(**{f.name: getattr(result, f.name) for f in fields(result)})
 
+    @property
+    def scenario(self) -> Scenario | None:
+        """The swept scenario (its plan's source; None when stacked without one)."""
+        return self.plan.scenario if self.plan is not None else None
+
     def save(self, folder: str | Path, figures: bool = True) -> Path:
         """Write the sweep's result files to `folder` (as `tailsim sweep` does); returns it."""
         from sim.output.store import save_sweep  # noqa: PLC0415 - files are the store's job
 
-        if self.scenario is None:
+        if self.plan is None:
             raise ScenarioError("sweep", [("", "no scenario attached; cannot save")])
         return save_sweep(self, Path(folder), figures=figures)
 
@@ -75,12 +86,25 @@ class SweepResult(study.SweepResult):
         swept key), for a notebook."""
         from sim.output.plots import sweep_figure  # noqa: PLC0415 - slow import, on demand
 
-        name = self.scenario.name if self.scenario is not None else ""
+        name = self.plan.name if self.plan is not None else ""
         return sweep_figure(self.aggregate, self.keys, name)
 
 
+def _plan(scenario: Plan | Scenario | str | Path | None) -> Plan:
+    """The compiled plan of a Scenario, a YAML path, or (None) the bundled default."""
+    if isinstance(scenario, Plan):
+        return scenario
+    if isinstance(scenario, Scenario):
+        return compile_scenario(scenario)
+    if scenario is None or isinstance(scenario, str | Path):
+        return compile_scenario(load_scenario(scenario))
+    raise ScenarioError(
+        "scenario", [("", f"expected a Scenario or a YAML path, got {type(scenario).__name__}")]
+    )
+
+
 def run(
-    scenario: Scenario,
+    scenario: Plan | Scenario | str | Path | None = None,
     *,
     requests: int | None = None,
     seed: int | None = None,
@@ -96,7 +120,7 @@ def run(
     """Simulate the chosen policies (all by default) and return their tables; `.save(dir)` and
     `.plot()` on the result. The options are `sim.study.runner.run`'s (as `tailsim run`'s)."""
     result = runner.run(
-        scenario,
+        _plan(scenario),
         requests=requests,
         seed=seed,
         policies=policies,
@@ -112,7 +136,7 @@ def run(
 
 
 def sweep(
-    scenario: Scenario | str | Path | None = None,
+    scenario: Plan | Scenario | str | Path | None = None,
     *,
     requests: int | None = None,
     seed: int | None = None,
@@ -126,13 +150,13 @@ def sweep(
     """Run a scenario's sweep (a Scenario, a YAML path, or the bundled default) and return the
     stacked tables; `.aggregate`, `.save(dir)` and `.plot()` on the result. `engine` overrides
     the scenario's `engine:` at every point (as `tailsim sweep --engine`)."""
-    spec = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    plan = _plan(scenario)
     if seed is not None:
-        spec = with_overrides(spec, {"seed": seed})
+        plan = recompile(plan, {"seed": seed})
     if engine is not None:
-        spec = with_engine(spec, engine)
+        plan = with_engine(plan, engine)
     result = run_sweep(
-        spec,
+        plan,
         requests=requests,
         policies=policies,
         executor=executor,
@@ -151,7 +175,7 @@ def report(folder: str | Path, out: str | Path | None = None) -> Path:
 
 
 def nines(
-    scenario: Scenario,
+    scenario: Plan | Scenario | str | Path | None,
     policies: Sequence[str] | None = None,
     target_rel_error: float = 0.1,
     budget_s: float = 60.0,
@@ -161,5 +185,6 @@ def nines(
     `tailsim nines` prints it (`.table` is nines.csv); `options` are
     `sim.rare.nines.estimate_nines`'s (seed, method, batch, pilot, attempts, engine, max_runs)."""
     return estimate_nines(
-        scenario, list(policies) if policies else None, target_rel_error, budget_s, **options
-    )
+        _plan(scenario), list(policies) if policies else None, target_rel_error, budget_s,
+        **options,
+    )  # fmt: skip

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from sim.model.config import RacePolicy, Scenario
 from sim.model.errors import ScenarioError
 from sim.model.words import plural
+from sim.plan import Plan
 
 #: Peak bytes per simulated call while a policy runs and its tables are built (measured with
 #: tracemalloc on the default scenario: ~1,080 under wait, ~710 under race), rounded up.
@@ -38,16 +38,15 @@ BYTES_PER_REQUEST_ROW = 260
 CHUNK_BYTES = 400 * 2**20
 
 
-def estimated_calls_per_run(scenario: Scenario, policy: str) -> float:
+def estimated_calls_per_run(plan: Plan, policy: str) -> float:
     """Calls one run makes under `policy`, on the generous side: every step once, a race's
     every attempt, plus a tenth for retries and hedges."""
-    spec = scenario.policies[policy]
-    per_step = spec.attempts if isinstance(spec, RacePolicy) else 1.0
-    return len(scenario.workflow.steps) * per_step * 1.1
+    per_step = plan.policies[policy].calls_per_step
+    return len(plan.workflow.steps) * per_step * 1.1
 
 
 def estimated_bytes(
-    scenario: Scenario,
+    plan: Plan,
     requests: int,
     policies: Sequence[str],
     records: str = ALL,
@@ -58,16 +57,16 @@ def estimated_bytes(
     the vectorized engine's chunks, or with `event_engine` the event engine flushing settled
     runs and drawing from a windowed bank (a policy that falls back to it is checked again on
     its own before it runs)."""
-    retry = scenario.customers.retry
+    retry = plan.customers.retry
     runs_per_request = 1.0 + retry.probability * retry.max
     runs = requests * runs_per_request
     if records != ALL:
         per_run = BYTES_PER_TALLIED_RUN + (BYTES_PER_REQUEST_ROW if records == REQUESTS else 0)
-        tools = any(step.tool is not None for step in scenario.workflow.steps)
+        tools = any(step.tool is not None for step in plan.workflow.steps)
         if event_engine and tools:  # settled runs are flushed, except with tool steps
-            return estimated_bytes(scenario, requests, policies, ALL)
+            return estimated_bytes(plan, requests, policies, ALL)
         return int(CHUNK_BYTES + runs * per_run * len(policies))
-    per_policy = [runs * (BYTES_PER_RUN + BYTES_PER_CALL * estimated_calls_per_run(scenario, p))
+    per_policy = [runs * (BYTES_PER_RUN + BYTES_PER_CALL * estimated_calls_per_run(plan, p))
                   for p in policies]  # fmt: skip
     kept = sum(per_policy) * 0.15  # finished policies' tables (~110 bytes per call)
     return int(max(per_policy, default=0.0) + kept)
@@ -88,17 +87,17 @@ def available_bytes() -> int | None:
         return None
 
 
-def default_records(scenario: Scenario, requests: int, policies: Sequence[str]) -> str:
+def default_records(plan: Plan, requests: int, policies: Sequence[str]) -> str:
     """all when every table fits comfortably (under AUTO_ALL_BYTES and the memory available),
     else none: a big run keeps its summaries rather than failing."""
-    need = estimated_bytes(scenario, requests, policies, ALL)
+    need = estimated_bytes(plan, requests, policies, ALL)
     available = available_bytes()
     roomy = available is None or need <= available * USABLE_SHARE
     return ALL if need <= AUTO_ALL_BYTES and roomy else NONE
 
 
 def check_fits(
-    scenario: Scenario,
+    plan: Plan,
     requests: int,
     policies: Sequence[str],
     available: int | None = None,
@@ -110,15 +109,15 @@ def check_fits(
     """Raise a ScenarioError naming the estimate if the records would not fit in memory
     (`why`: said first, e.g. why a policy needs the event engine)."""
     available = available_bytes() if available is None else available
-    need = estimated_bytes(scenario, requests, policies, records, event_engine)
+    need = estimated_bytes(plan, requests, policies, records, event_engine)
     if available is None or need <= available * USABLE_SHARE:
         return
     gib = 2**30
     most = int(requests * available * USABLE_SHARE / need)
-    summaries_fit = estimated_bytes(scenario, requests, policies, NONE) <= available * USABLE_SHARE
+    summaries_fit = estimated_bytes(plan, requests, policies, NONE) <= available * USABLE_SHARE
     advice = ", or --records none (summaries only)" if records == ALL and summaries_fit else ""
     raise ScenarioError(
-        scenario.source,
+        plan.source,
         [
             (
                 "requests",

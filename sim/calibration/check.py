@@ -19,6 +19,7 @@ from scipy.stats import binom
 
 from sim.calibration.report import GroupFit, fitted_document, sample_files, yaml_name
 from sim.model.scenario import scenario_from_dict
+from sim.plan import compile_scenario
 from sim.study.runner import run as run_policies
 
 QUANTILES = (50, 95, 99)
@@ -69,7 +70,7 @@ def replay(
             (Path(folder) / name).write_text(text, encoding="utf-8")
         data = replay_scenario(fits, seed)
         scenario = scenario_from_dict(data, source="fit-replay", base_dir=Path(folder))
-    calls = run_policies(scenario, requests=requests, seed=seed).calls
+    calls = run_policies(compile_scenario(scenario), requests=requests, seed=seed).calls
     calls = calls[calls["outcome"] == "ok"]
     rows = []
     for i, g in enumerate(fits):

@@ -12,7 +12,7 @@ import pandas as pd
 
 from sim.analysis.capacity import ALL
 from sim.calibration.calllog import CALL_LOG_COLUMNS, conform
-from sim.model.config import Scenario
+from sim.plan import Plan
 from sim.study.runner import chosen_policies, run
 
 #: A call's outcome as the log's status. A call the client cut (cancelled at the deadline or as
@@ -32,7 +32,7 @@ HTTP = {"ok": 200, "invalid": 200, "error": 500, "rate_limited": 429}
 
 
 def synth_calls(
-    scenario: Scenario,
+    plan: Plan,
     *,
     requests: int | None = None,
     seed: int | None = None,
@@ -46,8 +46,8 @@ def synth_calls(
     customer's first re-send).
     server_latency_s is the provider's own view (queue and service) when the calls table has a
     client overhead column (`overhead_s`), NaN otherwise."""
-    name = chosen_policies(scenario, [policy] if policy else None, "--policy")[0]
-    calls = run(scenario, requests=requests, seed=seed, policies=[name], records=ALL).calls
+    name = chosen_policies(plan, [policy] if policy else None, "--policy")[0]
+    calls = run(plan, requests=requests, seed=seed, policies=[name], records=ALL).calls
     return calls_to_log(calls)
 
 

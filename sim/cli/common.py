@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import default_scenario_path, load_scenario
 from sim.model.words import percent, percent_interval
+from sim.plan import Plan, compile_scenario
 from sim.study.executors import EXECUTORS
 
 EXIT_BAD_INPUT = 2
@@ -130,10 +130,11 @@ def executor_options(what: str) -> Callable[[Any], Any]:
     return apply
 
 
-def load(scenario: Path | None) -> tuple[str, Scenario]:
-    """The scenario at `scenario` (the bundled default if None) and how to name its source."""
+def load(scenario: Path | None) -> tuple[str, Plan]:
+    """The compiled scenario at `scenario` (the bundled default if None) and how to name its
+    source."""
     source = str(scenario) if scenario is not None else str(default_scenario_path())
-    return source, load_scenario(scenario)
+    return source, compile_scenario(load_scenario(scenario))
 
 
 def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:

@@ -102,7 +102,7 @@ def nines(
 
 def _table(result: NinesResult, as_nines: Callable[[float, float, float], str]) -> Table:
     """Per policy: hit rate as nines, the miss probability with its CI, how it was reached."""
-    scenario = result.scenario
+    scenario = result.plan
     table = Table(
         title=f"deadline {scenario.deadline_s:g} s, seed {result.seed}, {result.method}: P(miss) "
         "= late or failed, per request (first send), 95% CI",

@@ -23,11 +23,11 @@ from sim.cli.common import (
     simulation_options,
     summary_table,
 )
-from sim.model.config import Scenario
 from sim.model.words import plural
 from sim.output.explain import breakdown_table
 from sim.output.results import FIGURE, check_writable, default_folder, run_files, write_results
 from sim.output.slo_view import run_view, scenario_slo, slo_table
+from sim.plan import Plan
 from sim.study.progress_lines import ProgressLines
 from sim.study.runner import chosen_policies
 
@@ -143,7 +143,7 @@ def _progress(names: list[str], n: int, quiet: bool) -> Iterator[Callable[[str, 
         yield lambda name, k: bar.advance(tasks[name], k)
 
 
-def _summaries_only_notice(spec: Scenario, n: int, names: list[str], figures: bool) -> str:
+def _summaries_only_notice(spec: Plan, n: int, names: list[str], figures: bool) -> str:
     """Why a run keeps summaries only, the files it will write, and how to keep more."""
     need = estimated_bytes(spec, n, names, ALL) / 2**30
     *first, last = run_files(NONE, figures)

@@ -40,10 +40,10 @@ from sim.cli.common import (
 from sim.engine.choice import ENGINES
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.model.scenario import with_overrides
 from sim.model.words import percent_interval, plural
 from sim.output.slo_view import scenario_slo, slo_table, sweep_view
 from sim.output.store import SweepStore, default_sweep_folder
+from sim.plan import Plan, recompile
 from sim.study.executors import EXECUTORS, Executor, WorkersLostError
 from sim.study.points import SweepPoint
 from sim.study.result import SweepResult
@@ -130,7 +130,7 @@ def _sweep_scenario(
     `sweep:` grid."""
     source, spec = load(scenario)
     if seed is not None:
-        spec = with_overrides(spec, {"seed": seed}, source=source)
+        spec = recompile(spec, {"seed": seed}, source=source)
     if engine is not None:  # in the scenario, so every point runs it and the store keys it
         spec = with_engine(spec, engine, source)
     if spec.sweep is None or not (spec.sweep.grid or spec.sweep.zip):
@@ -143,7 +143,7 @@ def _sweep_scenario(
 
 def _store_points(
     folder: Path,
-    spec: Scenario,
+    spec: Plan,
     points: list[SweepPoint],
     source: str,
     *,

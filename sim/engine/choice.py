@@ -18,13 +18,11 @@ from sim.engine.qualify import LimitWatch, limit_that_binds, qualifies
 from sim.engine.vector_calls import UnsupportedError
 from sim.engine.vector_tables import VectorTables, tables
 from sim.engine.vectorized import simulate
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.model.latency import CallLatency
 from sim.model.streams import CallDrawBank, Streams
+from sim.plan import Plan
 from sim.policy.kinds import Hedge, PerStep, Race, Sequential
 from sim.policy.plans import Policy
-from sim.policy.router import Router
 
 ENGINES = ("auto", "des", "vectorized")
 #: Requests per chunk when the vectorized engine runs in constant memory (~250 MB at peak).
@@ -34,48 +32,42 @@ DES, VECTORIZED = "des", "vectorized"
 
 
 def vectorized_tables(
-    scenario: Scenario,
-    policy: Policy,
-    bank: CallDrawBank,
-    arrivals: np.ndarray,
-    engine: str,
-    latencies: dict[tuple[str, str], CallLatency] | None = None,
+    plan: Plan, policy: Policy, bank: CallDrawBank, arrivals: np.ndarray, engine: str
 ) -> tuple[VectorTables | None, str]:
     """(tables, "") from the vectorized engine, or (None, why it did not run)."""
     if engine not in ENGINES:
-        raise ScenarioError(scenario.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
+        raise ScenarioError(plan.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
     if engine == DES:
         return None, "engine: des"
     policy = single_policy(policy)
-    usable, reason = _qualifies(scenario, policy)
+    usable, reason = _qualifies(plan, policy)
     if usable:
         try:
-            runs, calls = simulate(scenario, policy, bank, arrivals, latencies=latencies)
+            runs, calls = simulate(plan, policy, bank, arrivals)
         except UnsupportedError as exc:
             reason = str(exc)
         else:
             binds = limit_that_binds(
-                scenario, calls.provider, calls.start, calls.end, calls.quota_tokens
+                plan.provider_specs, calls.provider, calls.start, calls.end, calls.quota_tokens
             )
             if binds is None:
-                return tables(scenario, policy.name, runs, calls), ""
+                return tables(plan, policy.name, runs, calls), ""
             reason = binds
     if engine == VECTORIZED:
         raise ScenarioError(
-            scenario.source,
+            plan.source,
             [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
         )
     return None, reason
 
 
 def vectorized_in_chunks(
-    scenario: Scenario,
+    plan: Plan,
     policy: Policy,
     call_streams: Streams,
     arrivals: np.ndarray,
     engine: str,
     feed: Callable[[VectorTables, float], None],
-    latencies: dict[tuple[str, str], CallLatency] | None = None,
     chunk: int | None = None,
 ) -> str:
     """Run `policy` vectorized `chunk` requests at a time, handing each chunk's tables (request
@@ -85,67 +77,55 @@ def vectorized_in_chunks(
     (`clock_arrivals`); each chunk draws its own rows of the same streams (`CallDrawBank`'s
     `first`), so the numbers are those of one run over all requests."""
     if engine not in ENGINES:
-        raise ScenarioError(scenario.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
+        raise ScenarioError(plan.source, [("engine", f"got {engine!r}, allowed: {ENGINES}")])
     if engine == DES:
         return "engine: des"
     policy = single_policy(policy)
-    usable, reason = _qualifies(scenario, policy)
+    usable, reason = _qualifies(plan, policy)
     if usable:
         size = chunk or CHUNK_REQUESTS
-        reason = _chunks(scenario, policy, call_streams, arrivals, feed, latencies, size) or ""
+        reason = _chunks(plan, policy, call_streams, arrivals, feed, size) or ""
         if not reason:
             return ""
     if engine == VECTORIZED:
         raise ScenarioError(
-            scenario.source,
+            plan.source,
             [("engine", f"the vectorized engine cannot run policy '{policy.name}': {reason}")],
         )
     return reason
 
 
-#: Why a router never runs vectorized.
-ROUTER_REASON = (
-    "kind router shares state between requests (cooldowns, least-busy counts, latencies, "
-    "usage per minute): the event engine runs it"
-)
-
-
-def _qualifies(scenario: Scenario, policy: Policy) -> tuple[bool, str]:
-    """`qualifies`, with the router (or a per-step policy with one) sent to the event engine
-    with its own reason."""
-    usable, reason = qualifies(scenario, policy)
-    parts = policy.by_step.values() if isinstance(policy, PerStep) else (policy,)
-    # the scenario's own reasons come first; the router's replaces "unknown to it"
-    if any(isinstance(p, Router) for p in parts) and (usable or reason.startswith("policies.")):
-        return False, ROUTER_REASON
-    return usable, reason
+def _qualifies(plan: Plan, policy: Policy) -> tuple[bool, str]:
+    """`qualifies` for the plan's policy of this name (a policy the plan does not have is
+    unknown to the vectorized engine)."""
+    known = plan.policies.get(policy.name)
+    if known is None:
+        return False, f"policy {policy.name!r} is not one of the plan's"
+    return qualifies(known)
 
 
 def _chunks(
-    scenario: Scenario,
+    plan: Plan,
     policy: Policy,
     call_streams: Streams,
     arrivals: np.ndarray,
     feed: Callable[[VectorTables, float], None],
-    latencies: dict[tuple[str, str], CallLatency] | None,
     chunk: int,
 ) -> str | None:
     """`vectorized_in_chunks`' loop: None if every chunk ran and no limit binds, else why."""
-    watch, n = LimitWatch(scenario), len(arrivals)
+    watch, n = LimitWatch(plan.provider_specs), len(arrivals)
     for first in range(0, n, chunk):
         last = min(n, first + chunk)
         bank = CallDrawBank(call_streams, last - first, first)
         try:
-            runs, calls = simulate(
-                scenario, policy, bank, arrivals[first:last], latencies=latencies, clocked=True
-            )
+            runs, calls = simulate(plan, policy, bank, arrivals[first:last], clocked=True)
         except UnsupportedError as exc:
             return str(exc)
         horizon = float(arrivals[last]) if last < n else math.inf
         binds = watch.add(calls.provider, calls.start, calls.end, calls.quota_tokens, horizon)
         if binds:
             return binds
-        part = tables(scenario, policy.name, runs, calls)
+        part = tables(plan, policy.name, runs, calls)
         if first:
             part.requests["request_id"] += first
             part.calls["request_id"] += first

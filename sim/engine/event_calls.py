@@ -23,7 +23,7 @@ import simpy
 from sim.engine.event_steps import Flight, StepHandle
 from sim.model.backoff import sdk_wait
 from sim.model.conditions import difficulty_factors
-from sim.model.config import Scenario, ValidatorSpec
+from sim.model.config import ValidatorSpec
 from sim.model.hardness import Hardness, hard_tokens
 from sim.model.latency import U_OUTCOME, CallDraws, CallLatency, LogNormal
 from sim.model.provider import (
@@ -39,6 +39,7 @@ from sim.model.provider import (
 from sim.model.rows import Run
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step, Workflow
+from sim.plan import Plan
 from sim.policy.controls import OUTCOME_BREAKER_OPEN, Controls
 from sim.policy.deadlines import BY_ADMISSION, BY_ATTEMPT, BY_SDK, DeadlineRules
 from sim.policy.plans import Attempt
@@ -63,15 +64,15 @@ class EventCalls:
     shaped_steps: list[bool]
     _slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float, bool]]
 
-    def _setup_calls(self, scenario: Scenario, streams: Streams, bank: CallDrawBank) -> None:
+    def _setup_calls(self, plan: Plan, streams: Streams, bank: CallDrawBank) -> None:
         """What shapes every call's draws, looked up once per simulation."""
         #: Per-request difficulty factors (None: off), one stream for every policy.
         self.difficulty = None
-        if scenario.difficulty is not None:
+        if plan.difficulty is not None:
             rng = streams.generator("difficulty")
-            self.difficulty = difficulty_factors(scenario.difficulty, rng, bank.n_requests)
+            self.difficulty = difficulty_factors(plan.difficulty, rng, bank.n_requests)
         #: Hard requests (None: off): more junk and longer answers on every attempt of one.
-        self.hardness = Hardness.of(scenario, self.latencies)
+        self.hardness = plan.hardness
         self.lengths = {
             s.id: LogNormal.from_median_p99(s.length.median, s.length.p99)
             for s in self.workflow.steps

@@ -18,12 +18,12 @@ import numpy as np
 import simpy
 
 from sim.model.backoff import retry_wait
-from sim.model.config import Scenario
 from sim.model.latency import Distribution, build_distribution
 from sim.model.provider import OUTCOME_CANCELLED, Environment
 from sim.model.rows import FAIL_DEADLINE, FAIL_DISCONNECT, Run
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step, Workflow
+from sim.plan import Plan
 from sim.policy.controls import FAIL_SHED, Controls
 from sim.policy.deadlines import BY_RUN, DeadlineRules
 
@@ -36,7 +36,7 @@ class RunBook:
 
     # The state this job reads, set by `Simulation.__init__` (and `_setup_runs` below).
     env: Environment
-    scenario: Scenario
+    plan: Plan
     bank: CallDrawBank
     streams: Streams
     workflow: Workflow
@@ -52,15 +52,15 @@ class RunBook:
     #: A run's steps (`EventSteps._step`).
     _step: Callable[[Run, Step | None], Generator[simpy.Event, Any, None]]
 
-    def _setup_runs(self, scenario: Scenario) -> None:
-        """The customers' part of the scenario, looked up once: hang-ups, re-sends, the floor."""
-        disconnect = scenario.customers.disconnect
+    def _setup_runs(self, plan: Plan) -> None:
+        """The customers' part of the plan, looked up once: hang-ups, re-sends, the floor."""
+        disconnect = plan.customers.disconnect
         self._disconnect_p = disconnect.probability if disconnect is not None else 0.0
         self._disconnect_after = (
             build_distribution(disconnect.after_s) if disconnect is not None else None
         )
-        self.quality_floor = scenario.quality_floor
-        retry = scenario.customers.retry
+        self.quality_floor = plan.quality_floor
+        retry = plan.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
         self._resend_uniforms = {}
 
@@ -147,7 +147,7 @@ class RunBook:
 
     def _maybe_resend(self, run: Run) -> None:
         """A customer re-sends a failed request whole, after a delay, with some probability."""
-        retry = self.scenario.customers.retry
+        retry = self.plan.customers.retry
         if run.resend >= retry.max:
             return
         u = self._resend_uniforms.get(run.resend)

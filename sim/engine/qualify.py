@@ -1,214 +1,45 @@
 """When the vectorized engine may stand in for the event engine, and when it may not.
 
-Two checks. Before: `qualifies` is a whitelist: every scenario field the vectorized engine does
-not implement must be at its default, and the runtime policy and latency laws must be exactly the
-classes it knows, so a feature added later (slowdown, episodes, SDK retries, validators...) falls
-back to the event engine instead of silently giving other numbers. After: `limit_that_binds`
-replays the vectorized calls against every provider's slots and quotas; if any would ever have
-made a call wait or refused one, the calls would not have been independent, and it says which.
+Two checks. Before: `qualifies` holds the policy's features (named by the compiler,
+`sim.plan.features`: every format field set away from its default, the kind, customer re-sends,
+the laws) against `VECTORIZED_FEATURES`, what the vectorized engine implements, so a feature
+added later (slowdown, episodes, validators...) falls back to the event engine instead of
+silently giving other numbers. After: `limit_that_binds` replays the vectorized calls against
+every provider's slots and quotas; if any would ever have made a call wait or refused one, the
+calls would not have been independent, and it says which.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
-from pydantic import BaseModel
 
-from sim.engine.simulation import serving_latencies
-from sim.model.config import (
-    ArrivalsSpec,
-    BillingSpec,
-    CustomerRetrySpec,
-    CustomersSpec,
-    CutPolicy,
-    DistSpec,
-    DownshiftPolicy,
-    HardnessSpec,
-    HedgePolicy,
-    ModelSpec,
-    PilotSpec,
-    PriceSpec,
-    ProviderSpec,
-    RacePolicy,
-    Scenario,
-    ServingSpec,
-    StallSpec,
-    StepSpec,
-    WaitPolicy,
-    WhenHardSpec,
-    WorkflowSpec,
-)
-from sim.model.latency import CallLatency, Constant, Empirical, Exponential, LogNormal
+from sim.model.config import ProviderSpec
 from sim.model.words import plural
-from sim.policy.kinds import Hedge, Race, Sequential
-from sim.policy.plans import Attempt, Policy
+from sim.plan import PolicyPlan
 
-#: Config fields the vectorized engine implements, per config class (others must be default).
-KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
-    Scenario: frozenset(
-        {
-            "name",
-            "description",
-            "seed",
-            "deadline_s",
-            "requests",
-            "arrivals",
-            "customers",
-            "models",
-            "providers",
-            "workflow",
-            "policies",
-            "pilot",
-            "billing",
-            "sweep",
-            "engine",
-            "hardness",
-            "slo",  # a promise read against the results: it changes no draw
-        }
-    ),
-    ArrivalsSpec: frozenset(
-        {"kind", "rate_per_s", "peak_to_mean", "burst_s", "file", "column", "time_scale"}
-    ),
-    CustomersSpec: frozenset({"retry"}),
-    CustomerRetrySpec: frozenset({"probability", "max", "delay_s"}),
-    ModelSpec: frozenset({"price_per_mtok", "quality", "when_hard"}),
-    HardnessSpec: frozenset({"share"}),
-    WhenHardSpec: frozenset({"invalid_rate", "length"}),
-    PriceSpec: frozenset({"input", "output"}),
-    ProviderSpec: frozenset({"concurrency", "tpm", "rpm", "serves"}),
-    ServingSpec: frozenset({"ttft_s", "tokens_per_s", "stall", "error_rate", "invalid_rate"}),
-    StallSpec: frozenset({"probability", "extra_s"}),
-    DistSpec: frozenset(
-        {"dist", "median", "p99", "mu", "sigma", "mean", "value", "file", "column", "max"}
-    ),
-    WorkflowSpec: frozenset({"steps"}),
-    StepSpec: frozenset(
-        {"id", "model", "input_tokens", "output_tokens", "after", "required", "provider"}
-    ),
-    PilotSpec: frozenset({"requests"}),
-    BillingSpec: frozenset({"cancelled"}),
-    WaitPolicy: frozenset({"kind", "timeout_s", "retries", "providers"}),
-    CutPolicy: frozenset({"kind", "cutoff", "retries", "providers"}),
-    RacePolicy: frozenset({"kind", "attempts", "providers", "retries", "timeout_s"}),
-    HedgePolicy: frozenset({"kind", "after", "providers", "hedges"}),
-    DownshiftPolicy: frozenset({"kind", "cutoff", "to", "retries", "providers"}),
-}
-#: Fields not walked: the policies (only the one being run matters), the sweep grid and the SLO.
-_NOT_WALKED = {(Scenario, "policies"), (Scenario, "sweep"), (Scenario, "slo")}
-_KNOWN_VALUES: dict[tuple[type[BaseModel], str], frozenset[Any]] = {
-    (BillingSpec, "cancelled"): frozenset({"full", "elapsed", "none"}),
-    (DistSpec, "dist"): frozenset({"lognormal", "exponential", "constant", "empirical"}),
-}
-#: Runtime policy classes and the attributes they may have.
-_POLICY_ATTRIBUTES: dict[type[Policy], frozenset[str]] = {
-    Sequential: frozenset({"name", "plans", "backoff", "controls"}),
-    Race: frozenset({"name", "rounds", "backoff", "controls"}),
-    Hedge: frozenset({"name", "plans", "after", "controls"}),
-}
-#: Runtime attributes the vectorized engine implements only at None (client backoff waits).
-_OFF_ATTRIBUTES = frozenset({"backoff", "controls"})
-_ATTEMPT_FIELDS = frozenset({"provider", "model", "give_up_after"})
-_LATENCY_FIELDS = frozenset(
-    {
-        "ttft",
-        "tokens_per_s",
-        "stall_probability",
-        "stall_extra",
-        "error_rate",
-        "invalid_rate",
-        "ttft_s_per_ktok",
-    }
-)
-_DISTRIBUTIONS = (LogNormal, Exponential, Constant, Empirical)
+#: Features the vectorized engine implements beyond the plain ones (per-call, nothing shared).
+VECTORIZED_FEATURES: frozenset[str] = frozenset()
 
 
-def qualifies(scenario: Scenario, policy: Policy) -> tuple[bool, str]:
-    """(True, "") if the vectorized engine implements everything this policy run uses, else
-    (False, why). Limits are checked afterwards on the calls (`limit_that_binds`)."""
-    reason = _foreign(scenario, "")
-    if reason is None:
-        spec = scenario.policies.get(policy.name)
-        if spec is not None:
-            reason = _foreign(spec, f"policies.{policy.name}")
-    retry = scenario.customers.retry
-    if reason is None and retry.max > 0 and retry.probability > 0:
-        reason = "customers re-send failed requests (customers.retry)"
-    if reason is None:
-        reason = _foreign_runtime(policy)
-    if reason is None:
-        reason = _foreign_latency(scenario)
-    return reason is None, reason or ""
-
-
-def _foreign(obj: Any, path: str) -> str | None:
-    """The first setting under `obj` the vectorized engine does not implement, or None."""
-    if isinstance(obj, BaseModel):
-        known = KNOWN_FIELDS.get(type(obj))
-        if known is None:
-            return f"{path or 'the scenario'} is a {type(obj).__name__}, unknown to it"
-        for name, info in type(obj).model_fields.items():
-            where = f"{path}.{name}" if path else name
-            value = getattr(obj, name)
-            if (type(obj), name) in _NOT_WALKED:
-                continue
-            if name not in known:
-                if value != info.get_default(call_default_factory=True):
-                    return f"{where} is set"
-                continue
-            allowed = _KNOWN_VALUES.get((type(obj), name))
-            if allowed is not None and value not in allowed:
-                return f"{where} is {value!r}"
-            found = _foreign(value, where)
-            if found:
-                return found
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            found = _foreign(value, f"{path}.{key}")
-            if found:
-                return found
-    elif isinstance(obj, list | tuple):
-        for i, value in enumerate(obj):
-            found = _foreign(value, f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
-def _foreign_runtime(policy: Policy) -> str | None:
-    """Why the built policy is not one the vectorized engine reproduces, or None."""
-    attributes = _POLICY_ATTRIBUTES.get(type(policy))
-    if attributes is None:
-        return f"policy class {type(policy).__name__} is not vectorized"
-    if set(vars(policy)) - attributes:
-        return f"policy class {type(policy).__name__} has attributes it does not know"
-    for name in _OFF_ATTRIBUTES & attributes:
-        if getattr(policy, name, None) is not None:
-            return f"policy {policy.name} sets {name}"
-    if {f.name for f in fields(Attempt)} != _ATTEMPT_FIELDS:
-        return "Attempt has fields it does not know"
-    return None
-
-
-def _foreign_latency(scenario: Scenario) -> str | None:
-    """Why a latency law is not one the vectorized engine transforms, or None."""
-    if {f.name for f in fields(CallLatency)} != _LATENCY_FIELDS:
-        return "CallLatency has fields it does not know"
-    for (provider, model), law in serving_latencies(scenario).items():
-        if law.ttft_s_per_ktok:
-            return f"{provider}/{model} has prefill (ttft_s_per_ktok)"
-        for dist in (law.ttft, law.tokens_per_s, law.stall_extra):
-            if dist is not None and type(dist) not in _DISTRIBUTIONS:
-                return f"{provider}/{model} uses distribution {type(dist).__name__}"
-    return None
+def qualifies(
+    policy: PolicyPlan, supported: frozenset[str] = VECTORIZED_FEATURES
+) -> tuple[bool, str]:
+    """(True, "") if the vectorized engine implements every feature this policy run uses, else
+    (False, why: the first feature it lacks). Limits are checked afterwards on the calls
+    (`limit_that_binds`)."""
+    for feature in policy.features:
+        if feature.name not in supported:
+            return False, feature.reason
+    return True, ""
 
 
 # ---------------------------------------------------------------------------- after the fact
 
 
 def limit_that_binds(
-    scenario: Scenario,
+    providers: Mapping[str, ProviderSpec],
     provider: np.ndarray,
     start: np.ndarray,
     end: np.ndarray,
@@ -217,7 +48,7 @@ def limit_that_binds(
     """Which provider limit the calls would have met (a slot count reached, a TPM or RPM bucket
     short), or None if none ever binds. Ties count against us (a call starting as another ends
     needs its own slot; a bucket within rounding of empty counts as empty)."""
-    for code, (name, spec) in enumerate(scenario.providers.items()):
+    for code, (name, spec) in enumerate(providers.items()):
         mine = provider == code
         count = int(mine.sum())
         if not count:
@@ -274,8 +105,8 @@ class LimitWatch:
 
     `add` returns a limit as soon as one surely binds; `finish` gives the final answer."""
 
-    def __init__(self, scenario: Scenario) -> None:
-        self.specs = list(scenario.providers.items())
+    def __init__(self, providers: Mapping[str, ProviderSpec]) -> None:
+        self.specs = list(providers.items())
         self._slots = [(np.empty(0), np.empty(0)) for _ in self.specs]
         self._tpm = [_Bucket(spec.tpm) if spec.tpm else None for _, spec in self.specs]
         self._rpm = [_Bucket(spec.rpm) if spec.rpm else None for _, spec in self.specs]

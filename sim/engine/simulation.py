@@ -26,14 +26,12 @@ import simpy
 from sim.engine.event_calls import EventCalls
 from sim.engine.event_runs import RunBook
 from sim.engine.event_steps import EventSteps
-from sim.model.config import Scenario
-from sim.model.latency import CallLatency
 from sim.model.provider import Call, Environment, Provider, Serving
 from sim.model.rows import Action, Records, Run
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
+from sim.plan import Plan
 from sim.policy.controls import Controls
-from sim.policy.deadlines import DeadlineRules, rules_for
+from sim.policy.deadlines import DeadlineRules
 from sim.policy.plans import Policy
 
 #: Cyclic-GC thresholds while a simulation runs (at least these; restored after).
@@ -55,36 +53,39 @@ def fewer_collections() -> Iterator[None]:
 
 
 class Simulation(RunBook, EventSteps, EventCalls):
-    """One policy on one scenario, in its own simpy Environment."""
+    """One policy of a plan, in its own simpy Environment."""
 
     def __init__(
         self,
-        scenario: Scenario,
+        plan: Plan,
         policy: Policy,
         bank: CallDrawBank,
         streams: Streams,
         deadline_s: float | None = None,
-        latencies: dict[tuple[str, str], CallLatency] | None = None,
         rules: DeadlineRules | None = None,
     ) -> None:
         self.env = Environment()
-        self.scenario = scenario
+        self.plan = plan
         self.policy = policy
         self.bank = bank
         self.streams = streams
-        self.deadline_s = scenario.deadline_s if deadline_s is None else deadline_s
-        self.workflow = Workflow.from_scenario(scenario)
-        self.latencies = latencies or serving_latencies(scenario)
-        self.providers = build_providers(self.env, scenario, self.latencies, streams)
+        self.deadline_s = plan.deadline_s if deadline_s is None else deadline_s
+        self.workflow = plan.workflow
+        self.latencies = plan.latencies
+        self.providers = build_providers(self.env, plan, streams)
         self.runs: list[Run] = []
         self.calls: list[Call] = []
         self.actions: list[Action] = []
-        #: How the deadline reaches this policy's work (propagation, reserve, admission).
-        self.rules = rules if rules is not None else rules_for(scenario, policy.name)
-        self.model_quality = {m: spec.quality for m, spec in scenario.models.items()}
-        self._setup_calls(scenario, streams, bank)
+        #: How the deadline reaches this policy's work (propagation, reserve, admission): the
+        #: plan's rules of the policy (the defaults for a name it does not have).
+        if rules is None:
+            known = plan.policies.get(policy.name)
+            rules = known.rules if known is not None else DeadlineRules(True, plan.reserve_s)
+        self.rules = rules
+        self.model_quality = plan.model_quality
+        self._setup_calls(plan, streams, bank)
         self._setup_steps(policy)
-        self._setup_runs(scenario)
+        self._setup_runs(plan)
         #: The policy's load-aware controls (None: off, and the plain call path is used).
         self.controls: Controls | None = None
         if policy.controls is not None:
@@ -123,38 +124,20 @@ class Simulation(RunBook, EventSteps, EventCalls):
             return
 
 
-def build_providers(
-    env: Environment,
-    scenario: Scenario,
-    latencies: dict[tuple[str, str], CallLatency],
-    streams: Streams,
-) -> dict[str, Provider]:
-    """Every provider of the scenario in `env`, each serving its models on their latency laws
-    and prices (an episodes stream of its own where it has episodes)."""
+def build_providers(env: Environment, plan: Plan, streams: Streams) -> dict[str, Provider]:
+    """Every provider of the plan in `env`, each serving its models on their latency laws and
+    prices (an episodes stream of its own where it has episodes)."""
     return {
         name: Provider(
             env,
             name,
-            spec,
+            provider.spec,
             {
-                model: Serving(
-                    latencies[(name, model)],
-                    scenario.models[model].price_per_mtok.input / 1e6,
-                    scenario.models[model].price_per_mtok.output / 1e6,
-                )
-                for model in spec.serves
+                model: Serving(serving.latency, serving.price_input, serving.price_output)
+                for model, serving in provider.servings.items()
             },
-            scenario.billing.cancelled,
-            streams.generator("episodes", name) if spec.episodes is not None else None,
+            plan.billing,
+            streams.generator("episodes", name) if provider.spec.episodes is not None else None,
         )
-        for name, spec in scenario.providers.items()
-    }
-
-
-def serving_latencies(scenario: Scenario) -> dict[tuple[str, str], CallLatency]:
-    """The latency law of every (provider, model) serving path."""
-    return {
-        (pname, mname): CallLatency.from_spec(serving)
-        for pname, provider in scenario.providers.items()
-        for mname, serving in provider.serves.items()
+        for name, provider in plan.providers.items()
     }

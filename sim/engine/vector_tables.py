@@ -18,8 +18,8 @@ import pandas as pd
 
 from sim.analysis.metrics import CALL_COLUMNS, REQUEST_COLUMNS
 from sim.engine.vector_calls import O_OK, CallArrays
-from sim.model.config import Scenario
 from sim.model.provider import OUTCOMES
+from sim.plan import Plan
 from sim.policy.deadlines import ENDED_BY
 
 
@@ -31,13 +31,11 @@ class VectorTables:
     calls: pd.DataFrame
 
 
-def tables(
-    scenario: Scenario, policy: str, runs: dict[str, np.ndarray], calls: CallArrays
-) -> VectorTables:
+def tables(plan: Plan, policy: str, runs: dict[str, np.ndarray], calls: CallArrays) -> VectorTables:
     """The requests and calls tables of `sim.analysis.metrics` (same columns, dtypes and row
     order)."""
-    call_table = _call_table(scenario, policy, calls)
-    request_table = _request_table(scenario, policy, runs, calls)
+    call_table = _call_table(plan, policy, calls)
+    request_table = _request_table(plan, policy, runs, calls)
     return VectorTables(request_table, call_table)
 
 
@@ -50,9 +48,9 @@ def _named(names: Sequence[str], codes: np.ndarray) -> pd.Series:
     return pd.Series(pd.array(np.asarray(names, dtype=object), dtype="string").take(codes))
 
 
-def _call_table(scenario: Scenario, policy: str, calls: CallArrays) -> pd.DataFrame:
+def _call_table(plan: Plan, policy: str, calls: CallArrays) -> pd.DataFrame:
     """The calls table, in its row order (`_call_order`)."""
-    ids = np.asarray([s.id for s in scenario.workflow.steps], dtype=object)
+    ids = np.asarray([s.id for s in plan.workflow.steps], dtype=object)
     by_name = np.argsort(np.argsort(ids.astype(str)))  # step order as strings sort
     order, ordered = _call_order(calls, by_name)
     count = len(order)
@@ -65,8 +63,8 @@ def _call_table(scenario: Scenario, policy: str, calls: CallArrays) -> pd.DataFr
             "resend": np.zeros(count, dtype=np.int64),
             "step": _named(ids, ordered["step"]),
             "attempt": ordered["attempt"].astype(np.int64),
-            "provider": _named(list(scenario.providers), calls.provider[order]),
-            "model": _named(list(scenario.models), calls.model[order]),
+            "provider": _named(list(plan.providers), calls.provider[order]),
+            "model": _named(list(plan.models), calls.model[order]),
             "start_s": ordered["start"],
             "queue_s": np.zeros(count),
             "ttft_s": calls.ttft[order],
@@ -89,7 +87,7 @@ def _call_table(scenario: Scenario, policy: str, calls: CallArrays) -> pd.DataFr
 
 
 def _request_table(
-    scenario: Scenario, policy: str, runs: dict[str, np.ndarray], calls: CallArrays
+    plan: Plan, policy: str, runs: dict[str, np.ndarray], calls: CallArrays
 ) -> pd.DataFrame:
     """The requests table: one row per request, in request order."""
     n = len(runs["arrival"])
@@ -114,7 +112,7 @@ def _request_table(
             "fail_reason": _strings(runs["fail_reason"]),
             "fail_step": _strings(runs["fail_step"]),
             "valid": ok.astype(bool),
-            "quality": _delivered_quality(scenario, calls, ok, n),
+            "quality": _delivered_quality(plan, calls, ok, n),
             "valid_hit": ok.astype(bool),  # no validator and quality_floor 0 (whitelisted)
             "draft_kept": np.zeros(n, dtype=np.int64),
             "draft_upgraded": np.zeros(n, dtype=np.int64),
@@ -159,12 +157,12 @@ def _first_signal(calls: CallArrays, arrival: np.ndarray, n: int) -> np.ndarray:
     return np.where(np.isfinite(first), first - arrival, np.nan)
 
 
-def _delivered_quality(scenario: Scenario, calls: CallArrays, ok: np.ndarray, n: int) -> np.ndarray:
+def _delivered_quality(plan: Plan, calls: CallArrays, ok: np.ndarray, n: int) -> np.ndarray:
     """Per delivered run, the mean `quality` of the models whose answer each step kept (as the
     event engine's `Run.quality`: its last valid answer per step); NaN for a failed run."""
-    quality = np.asarray([m.quality for m in scenario.models.values()], dtype=float)
+    quality = np.asarray([m.quality for m in plan.models.values()], dtype=float)
     answered = np.flatnonzero(calls.outcome == O_OK)
-    steps = len(scenario.workflow.steps)
+    steps = len(plan.workflow.steps)
     request, step = calls.request[answered], calls.step[answered]
     cell = step.astype(np.int64) * n + request  # (step, run)
     if not len(cell) or np.bincount(cell, minlength=steps * n).max() <= 1:
@@ -183,7 +181,7 @@ def _delivered_quality(scenario: Scenario, calls: CallArrays, ok: np.ndarray, n:
     order = answered[
         np.lexsort((calls.end[answered], calls.step[answered], calls.request[answered]))
     ]
-    keys = calls.request[order] * (len(scenario.workflow.steps) + 1) + calls.step[order]
+    keys = calls.request[order] * (len(plan.workflow.steps) + 1) + calls.step[order]
     last = np.r_[keys[1:] != keys[:-1], True] if len(keys) else np.zeros(0, dtype=bool)
     kept = order[last]
     total = np.bincount(calls.request[kept], weights=quality[calls.model[kept]], minlength=n)

@@ -24,56 +24,47 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.engine.simulation import Simulation, serving_latencies
+from sim.engine.simulation import Simulation
 from sim.engine.vector_calls import CallArrays, CallLog, UnsupportedError, VectorCalls
 from sim.engine.vector_draws import VectorDraws
 from sim.engine.vector_steps import S_DEADLINE, S_FAILED, S_NONE, S_OK, VectorSteps
-from sim.model.config import Scenario
-from sim.model.hardness import Hardness
-from sim.model.latency import CallLatency
 from sim.model.provider import OUTCOMES
 from sim.model.rows import FAIL_DEADLINE
 from sim.model.streams import CallDrawBank
-from sim.model.workflow import Step, Workflow
+from sim.model.workflow import Step
+from sim.plan import Plan
 from sim.policy.deadlines import ENDED_BY
 from sim.policy.kinds import Hedge, Race, Sequential
 from sim.policy.plans import Policy
 
 
 class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
-    """One policy on one scenario, computed for all requests at once (no shared state)."""
+    """One policy of a plan, computed for all requests at once (no shared state)."""
 
     def __init__(
         self,
-        scenario: Scenario,
+        plan: Plan,
         policy: Policy,
         bank: CallDrawBank,
         deadline_s: float | None = None,
-        latencies: dict[tuple[str, str], CallLatency] | None = None,
     ) -> None:
         if type(policy) not in (Sequential, Race, Hedge):
             raise UnsupportedError(f"policy class {type(policy).__name__} is not vectorized")
-        self.scenario = scenario
+        self.plan = plan
         self.policy = policy
         self.bank = bank
-        self.deadline_s = scenario.deadline_s if deadline_s is None else deadline_s
-        self.workflow = Workflow.from_scenario(scenario)
-        self.latencies = latencies or serving_latencies(scenario)
-        self.providers = list(scenario.providers)
-        self.models = list(scenario.models)
-        self.billing = scenario.billing.cancelled
+        self.deadline_s = plan.deadline_s if deadline_s is None else deadline_s
+        self.workflow = plan.workflow
+        self.latencies = plan.latencies
+        self.providers = list(plan.providers)
+        self.models = list(plan.models)
+        self.billing = plan.billing
         self.log = CallLog()
         #: Per model (in `models` order): (input, output) dollars per token.
-        self._prices = [
-            (
-                scenario.models[m].price_per_mtok.input / 1e6,
-                scenario.models[m].price_per_mtok.output / 1e6,
-            )
-            for m in self.models
-        ]
+        self._prices = [(m.price_input, m.price_output) for m in plan.models.values()]
         self._probed: set[tuple[str, int, str, str, int]] = set()
         #: Hard requests (None: off) and, per request of the bank, whether it is hard.
-        self.hardness = Hardness.of(scenario, self.latencies)
+        self.hardness = plan.hardness
         self._hard = None if self.hardness is None else self.hardness.flags(bank)
 
     # ------------------------------------------------------------------ driving
@@ -188,9 +179,7 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
         """Run requests `which` through the event engine (on their own rows of the same draws:
         requests share nothing) and put their results in place of ours."""
         bank = _RowsBank(self.bank, which)
-        sim = Simulation(
-            self.scenario, self.policy, bank, bank.streams, self.deadline_s, self.latencies
-        )
+        sim = Simulation(self.plan, self.policy, bank, bank.streams, self.deadline_s)
         records = sim.run(arrival[which])
         for run in records.runs:
             i = which[run.index]
@@ -270,16 +259,15 @@ def topological_order(steps: tuple[Step, ...]) -> list[int]:
 
 
 def simulate(
-    scenario: Scenario,
+    plan: Plan,
     policy: Policy,
     bank: CallDrawBank,
     arrivals: np.ndarray,
     deadline_s: float | None = None,
-    latencies: dict[tuple[str, str], CallLatency] | None = None,
     clocked: bool = False,
 ) -> tuple[dict[str, np.ndarray], CallArrays]:
     """One policy on all requests: (per-request columns, calls). Raises `UnsupportedError`.
     `clocked`: see `VectorizedSimulation.run`."""
-    engine = VectorizedSimulation(scenario, policy, bank, deadline_s, latencies)
+    engine = VectorizedSimulation(plan, policy, bank, deadline_s)
     _, runs, calls = engine.run(arrivals, clocked)
     return runs, calls

@@ -14,6 +14,7 @@ The format's checks of the hardness keys (`hardness_problems`) live with `Scenar
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ import numpy as np
 from sim.model.latency import ERROR, INVALID, OK, CallLatency
 
 if TYPE_CHECKING:
-    from sim.model.config import Scenario
+    from sim.model.config import HardnessSpec, WhenHardSpec
     from sim.model.streams import CallDrawBank
 
 #: The per-request stream (`CallDrawBank.uniform` key) hardness is drawn from.
@@ -64,17 +65,19 @@ class Hardness:
         }
 
     @classmethod
-    def of(
-        cls, scenario: Scenario, latencies: dict[tuple[str, str], CallLatency]
+    def build(
+        cls,
+        spec: HardnessSpec | None,
+        when_hard: Mapping[str, WhenHardSpec | None],
+        latencies: dict[tuple[str, str], CallLatency],
     ) -> Hardness | None:
-        """The scenario's hardness, or None when no call can change (off, share 0, no model
-        affected): then the engines run exactly as without it."""
-        spec = scenario.hardness
+        """The hardness of `spec` over the models' `when_hard` entries, or None when no call
+        can change (off, share 0, no model affected): then the engines run exactly as without
+        it."""
         if spec is None or spec.share <= 0:
             return None
         effects = {}
-        for name, model in scenario.models.items():
-            when = model.when_hard
+        for name, when in when_hard.items():
             if when is not None and (when.invalid_rate is not None or when.length != 1.0):
                 effects[name] = Effect(when.invalid_rate, when.length)
         return cls(spec.share, effects, latencies) if effects else None

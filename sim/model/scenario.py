@@ -153,6 +153,20 @@ def with_overrides(scenario: Scenario, overrides: Mapping[str, Any], source: str
     return fresh
 
 
+def absolute_files(data: Any, base: FilePath) -> None:
+    """Make every `file:` in a dumped scenario absolute (relative to `base`), so the copy loads
+    from anywhere."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "file" and isinstance(value, str):
+                data[key] = str((base / value).resolve())
+            else:
+                absolute_files(value, base)
+    elif isinstance(data, list):
+        for item in data:
+            absolute_files(item, base)
+
+
 def set_key_path(data: dict[str, Any], dotted: str, value: Any, source: str) -> None:
     """Set `a.b.c` in nested dicts; every part but the last must already exist."""
     parts = dotted.split(".")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from sim.model.config import LengthSpec, Scenario, ToolSpec, ValidatorSpec
+from sim.model.config import LengthSpec, StepSpec, ToolSpec, ValidatorSpec, WorkflowSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +40,10 @@ class Workflow:
     steps: tuple[Step, ...]
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario) -> Workflow:
-        """Compile the scenario's steps (already checked to form a DAG)."""
-        specs = scenario.workflow.steps
+    def from_spec(cls, workflow: WorkflowSpec, provider_of: Callable[[StepSpec], str]) -> Workflow:
+        """Compile the workflow's steps (already checked to form a DAG); `provider_of(step)` is
+        the provider a step runs on by default ("" for a tool step)."""
+        specs = workflow.steps
         index = {s.id: i for i, s in enumerate(specs)}
         unlocks: list[list[int]] = [[] for _ in specs]
         for i, spec in enumerate(specs):
@@ -52,7 +54,7 @@ class Workflow:
                 index=i,
                 id=spec.id,
                 model=spec.model or "",
-                provider=scenario.step_provider(spec),
+                provider=provider_of(spec),
                 input_tokens=spec.input_tokens,
                 output_tokens=(
                     spec.output_tokens

@@ -25,6 +25,7 @@ import yaml
 
 from sim.model.errors import ScenarioError
 from sim.model.words import plural
+from sim.plan import resolved_data
 from sim.study.result import RunResult
 
 #: Ranks per policy a summaries-only run draws its latency ECDF with (finer than the pixels).
@@ -181,15 +182,15 @@ def _write_run_files(
             write_policy_comparison(
                 result.summary,
                 result.latency_table(ECDF_FIGURE_POINTS),
-                result.scenario.deadline_s,
+                result.plan.deadline_s,
                 staging / FIGURE,
-                title=f"{result.scenario.name}: {plural(result.requests_count, 'request')}, "
+                title=f"{result.plan.name}: {plural(result.requests_count, 'request')}, "
                 f"seed {result.seed}",
             )
             if series is not None and int(series["resent"].sum() + series["rate_limited"].sum()):
                 from sim.output.storm_plots import save, storm_figure  # noqa: PLC0415 - on demand
 
-                save(storm_figure(series, f"{result.scenario.name}: storm"), staging / STORM_FIGURE)
+                save(storm_figure(series, f"{result.plan.name}: storm"), staging / STORM_FIGURE)
 
 
 def write_stress_results(
@@ -233,10 +234,9 @@ def _swap_into_place(staging: Path, folder: Path) -> None:
 def resolved_yaml(result: RunResult) -> str:
     """The scenario exactly as run, loadable as is: defaults explicit, seed and size used, file
     names absolute; the resolved 'pNN' thresholds follow as comments (they are in run.json)."""
-    data = result.scenario.model_dump(mode="json", exclude_none=True)
+    data = resolved_data(result.plan)
     data["seed"] = result.seed
     data["requests"] = result.requests_count
-    _absolute_files(data, Path(result.scenario.source_dir or "."))
     lines = ["# The scenario exactly as run: every default explicit. Re-run it with `tailsim run`."]
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     notes = ["", "# 'pNN' thresholds resolved by the pilot run, seconds per step:"]
@@ -254,23 +254,10 @@ def thresholds_table(result: RunResult) -> dict[str, dict[str, float]]:
     }
 
 
-def _absolute_files(data: Any, base: Path) -> None:
-    """Make every `file:` in the dumped scenario absolute, so the copy loads from anywhere."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if key == "file" and isinstance(value, str):
-                data[key] = str((base / value).resolve())
-            else:
-                _absolute_files(value, base)
-    elif isinstance(data, list):
-        for item in data:
-            _absolute_files(item, base)
-
-
 def run_metadata(result: RunResult, source: str, version: str) -> dict[str, Any]:
     """Provenance of a run: what, with which tailsim and seed, how long it took."""
     return {
-        "scenario": result.scenario.name,
+        "scenario": result.plan.name,
         "source": source,
         "tailsim_version": version,
         "seed": result.seed,

@@ -29,7 +29,7 @@ from sim.analysis.slo import (
     slo_lines,
     sweep_readings,
 )
-from sim.model.config import Scenario
+from sim.plan import Plan
 
 #: How each verdict is coloured in the terminal, and in the report.
 STYLES = {MET: "green", MISSED: "red", UNDECIDED: "yellow"}
@@ -55,9 +55,9 @@ class SloView:
         return slo_lines(names, self.readings, self.metric)
 
 
-def scenario_slo(scenario: Scenario) -> tuple[float, str] | None:
-    """(target, metric) of a scenario's `slo`, or None without one."""
-    return None if scenario.slo is None else (scenario.slo.target, scenario.slo.metric)
+def scenario_slo(plan: Plan) -> tuple[float, str] | None:
+    """(target, metric) of a plan's `slo`, or None without one."""
+    return None if plan.slo is None else (plan.slo.target, plan.slo.metric)
 
 
 def slo_of(resolved: dict[str, Any] | None) -> tuple[float, str] | None:
@@ -114,18 +114,18 @@ def nines_view(table: pd.DataFrame, slo: tuple[float, str] | None) -> SloView | 
     return SloView(target, "hit_rate", [], labels, readings)
 
 
-def nines_note(scenario: Scenario) -> str | None:
-    """What a `tailsim nines` SLO table does not count, for a valid-hit SLO on a scenario where
+def nines_note(plan: Plan) -> str | None:
+    """What a `tailsim nines` SLO table does not count, for a valid-hit SLO on a plan where
     an answer delivered on time may be invalid; else None."""
-    slo = scenario.slo
+    slo = plan.slo
     if slo is None or slo.metric == "hit_rate":
         return None
-    steps = scenario.workflow.steps
+    steps = plan.workflow.steps
     junk_on_time = (  # a validator letting junk pass, a cut or drawn answer length, a floor
-        scenario.quality_floor > 0
-        or scenario.hardness is not None
+        plan.quality_floor > 0
+        or plan.hardness_spec is not None
         or any(s.validator is not None or s.max_tokens is not None for s in steps)
-        or any(not isinstance(s.output_tokens, int) for s in steps)
+        or any(s.length is not None for s in steps)
     )
     if not junk_on_time:
         return None

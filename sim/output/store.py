@@ -31,10 +31,10 @@ import pandas as pd
 import yaml
 
 from sim.analysis.capacity import REQUESTS
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.words import plural
 from sim.output.lock import LOCK, LOCK_FILES, FolderLock
+from sim.plan import Plan, resolved_data
 from sim.study.points import PointResult, SweepPoint
 from sim.study.result import SweepResult
 from sim.study.runner import chosen_policies
@@ -48,7 +48,7 @@ SWEEP_FIGURES = ("figures/sweep.png", "figures/pareto.png")
 
 
 def fingerprint(
-    scenario: Scenario,
+    plan: Plan,
     requests: int | None,
     policies: Sequence[str] | None,
     engine: str | None = None,
@@ -60,10 +60,10 @@ def fingerprint(
     Not the `slo`: it changes no number, only how the pooled tables are read."""
     data = {
         "format": FORMAT,
-        "scenario": {k: v for k, v in resolved_data(scenario).items() if k != "slo"},
-        "files": _file_hashes(scenario),
-        "requests": requests if requests is not None else scenario.requests,
-        "policies": chosen_policies(scenario, policies),
+        "scenario": {k: v for k, v in resolved_data(plan).items() if k != "slo"},
+        "files": _file_hashes(plan),
+        "requests": requests if requests is not None else plan.requests,
+        "policies": chosen_policies(plan, policies),
         "engine": engine,
         "records": REQUESTS,
     }
@@ -72,7 +72,7 @@ def fingerprint(
 
 
 def default_sweep_folder(
-    scenario: Scenario,
+    plan: Plan,
     requests: int | None,
     policies: Sequence[str] | None,
     root: Path = Path("results"),
@@ -80,11 +80,11 @@ def default_sweep_folder(
 ) -> Path:
     """results/<name>/sweep-<fingerprint>/: the same command always names the same folder, so
     running it again after an interruption resumes instead of starting over."""
-    print_ = fingerprint(scenario, requests, policies, engine)
-    return root / scenario.name / f"sweep-{print_[:10]}"
+    print_ = fingerprint(plan, requests, policies, engine)
+    return root / plan.name / f"sweep-{print_[:10]}"
 
 
-def _file_hashes(scenario: Scenario) -> dict[str, str | None]:
+def _file_hashes(plan: Plan) -> dict[str, str | None]:
     """sha256 of every file the scenario reads (`file:` keys: samples, traces), by absolute
     path: editing a trace changes the numbers without changing the scenario's text."""
     found: list[str] = []
@@ -100,7 +100,7 @@ def _file_hashes(scenario: Scenario) -> dict[str, str | None]:
             for item in node:
                 walk(item)
 
-    walk(resolved_data(scenario))
+    walk(resolved_data(plan))
     hashes: dict[str, str | None] = {}
     for name in sorted(set(found)):
         try:
@@ -108,15 +108,6 @@ def _file_hashes(scenario: Scenario) -> dict[str, str | None]:
         except OSError:
             hashes[name] = None
     return hashes
-
-
-def resolved_data(scenario: Scenario) -> dict[str, Any]:
-    """The scenario with every default explicit and file names absolute."""
-    from sim.output.results import _absolute_files  # noqa: PLC0415 - shared with run folders
-
-    data = scenario.model_dump(mode="json", exclude_none=True)
-    _absolute_files(data, Path(scenario.source_dir or "."))
-    return data
 
 
 def is_sweep_folder(folder: Path) -> bool:
@@ -136,7 +127,7 @@ class SweepStore:
     writing the rest. A context manager: leaving it lets the folder go (`close`)."""
 
     folder: Path
-    scenario: Scenario
+    plan: Plan
     points: list[SweepPoint]
     keys: list[str]
     manifest: dict[str, Any] = field(default_factory=dict)
@@ -146,7 +137,7 @@ class SweepStore:
     def open(
         cls,
         folder: Path,
-        scenario: Scenario,
+        plan: Plan,
         points: list[SweepPoint],
         *,
         requests: int | None,
@@ -158,7 +149,7 @@ class SweepStore:
         """Create the folder (or reopen the same sweep's), lock it and write the manifest;
         refuses, before touching anything, a foreign folder, one holding another sweep, or one
         another process is writing."""
-        print_ = fingerprint(scenario, requests, policies, engine)
+        print_ = fingerprint(plan, requests, policies, engine)
         _check_target(folder, print_, locked=False)
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -171,14 +162,14 @@ class SweepStore:
                 "kind": "sweep",
                 "format": FORMAT,
                 "fingerprint": print_,
-                "scenario": scenario.name,
+                "scenario": plan.name,
                 "source": source,
                 "tailsim_version": version,
-                "seed": scenario.seed,
-                "requests": requests if requests is not None else scenario.requests,
-                "policies": chosen_policies(scenario, policies),
+                "seed": plan.seed,
+                "requests": requests if requests is not None else plan.requests,
+                "policies": chosen_policies(plan, policies),
                 "engine": engine,
-                "swept_keys": swept_keys(scenario),
+                "swept_keys": swept_keys(plan),
                 "points": [
                     {
                         "key": p.key(print_),
@@ -200,7 +191,7 @@ class SweepStore:
         except BaseException:
             lock.release()
             raise
-        return cls(folder, scenario, points, swept_keys(scenario), manifest, lock)
+        return cls(folder, plan, points, swept_keys(plan), manifest, lock)
 
     def close(self) -> None:
         """Let the folder go: another process may write it from now on."""
@@ -258,7 +249,7 @@ class SweepStore:
                     requests=pd.read_parquet(part / "requests.parquet"),
                 )
             )
-        return stack(self.scenario, self.points, self.keys, results)
+        return stack(self.plan, self.points, self.keys, results)
 
     def finish(self, figures: bool = True) -> SweepResult:
         """Write the pooled tables (and figures) from the parts on disk, mark the sweep
@@ -272,7 +263,7 @@ class SweepStore:
         header = (
             "# The scenario as swept: every default explicit; the points are in manifest.json.\n"
         )
-        body = yaml.safe_dump(resolved_data(self.scenario), sort_keys=False, allow_unicode=True)
+        body = yaml.safe_dump(resolved_data(self.plan), sort_keys=False, allow_unicode=True)
         write_atomic(self.folder / "scenario.resolved.yaml", header + body)
         self.manifest["status"] = "complete"
         self.manifest["finished_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -290,16 +281,16 @@ def save_sweep(result: SweepResult, folder: Path, figures: bool = True) -> Path:
     """Store a SweepResult computed in memory (the Python API's `result.save(dir)`)."""
     from sim.model.version import __version__  # noqa: PLC0415
 
-    assert result.scenario is not None
+    assert result.plan is not None
     policies = sorted(set(result.summary["policy"]), key=list(result.summary["policy"]).index)
     requests = int(result.summary["requests"].iloc[0])
     with SweepStore.open(
         folder,
-        result.scenario,
+        result.plan,
         result.points,
         requests=requests,
         policies=policies,
-        source=result.scenario.name,
+        source=result.plan.name,
         version=__version__,
     ) as store:
         for point in store.pending():

@@ -18,25 +18,25 @@ from sim.model.config import (
     PlainPolicy,
     RacePolicy,
     RouterPolicy,
-    Scenario,
     WaitPolicy,
 )
 from sim.model.workflow import Step
 from sim.policy.kinds import Adaptive, Draft, Hedge, PerStep, Race, Sequential
 from sim.policy.plans import AdaptivePlan, Attempt, DraftPlan, Policy
 from sim.policy.router import Router
+from sim.policy.routes import Routes
 
 
-def _route(scenario: Scenario, model: str, providers: list[str] | None, default: str) -> list[str]:
+def _route(routes: Routes, model: str, providers: list[str] | None, default: str) -> list[str]:
     """Providers an attempt on `model` may use, in turn (those of `providers` serving it)."""
     if not providers:
         return [default]
-    serving = [p for p in providers if model in scenario.providers[p].serves]
+    serving = [p for p in providers if routes.serves_model(p, model)]
     return serving or [default]
 
 
 def build_resolved(
-    name: str, specs: dict[str, PlainPolicy], scenario: Scenario, steps: tuple[Step, ...]
+    name: str, specs: dict[str, PlainPolicy], routes: Routes, steps: tuple[Step, ...]
 ) -> Policy:
     """The runtime policy of per-step specs whose thresholds are seconds (`resolve_specs`).
 
@@ -54,7 +54,7 @@ def build_resolved(
         spec = specs[members[0].id]
         fields = THRESHOLD_FIELDS.get(type(spec), ())
         seconds = {s.id: float(getattr(specs[s.id], fields[0])) for s in members} if fields else {}
-        runtime = build_policy(name, spec, scenario, tuple(members), seconds)
+        runtime = build_policy(name, spec, routes, tuple(members), seconds)
         if len(groups) == 1:
             return runtime
         built.update(dict.fromkeys((s.id for s in members), runtime))
@@ -65,16 +65,14 @@ def build_resolved(
 
 
 def _other_route(
-    scenario: Scenario, model: str, providers: list[str] | None, step: Step
+    routes: Routes, model: str, providers: list[str] | None, step: Step
 ) -> tuple[str, ...]:
     """Providers for attempts on `model` at `step`: `providers` serving it, else the step's
     provider if it serves it, else the first that does."""
     default = (
-        step.provider
-        if model in scenario.providers[step.provider].serves
-        else scenario.serving_providers(model)[0]
+        step.provider if routes.serves_model(step.provider, model) else routes.serving(model)[0]
     )
-    return tuple(_route(scenario, model, providers, default))
+    return tuple(_route(routes, model, providers, default))
 
 
 def _seconds(value: float | str | None, fallback: float | None) -> float | None:
@@ -89,14 +87,14 @@ def _seconds(value: float | str | None, fallback: float | None) -> float | None:
 def build_policy(
     name: str,
     spec: PlainPolicy,
-    scenario: Scenario,
+    routes: Routes,
     steps: tuple[Step, ...],
     seconds: dict[str, float],
 ) -> Policy:
     """The runtime policy of a spec, with its load-aware controls (if any); tool steps are
     run by `sim.policy.actions`, not by a policy."""
     steps = tuple(s for s in steps if s.tool is None)
-    policy = _build_policy(name, spec, scenario, steps, seconds)
+    policy = _build_policy(name, spec, routes, steps, seconds)
     policy.controls = spec.controls
     return policy
 
@@ -104,20 +102,20 @@ def build_policy(
 def _build_policy(
     name: str,
     spec: PlainPolicy,
-    scenario: Scenario,
+    routes: Routes,
     steps: tuple[Step, ...],
     seconds: dict[str, float],
 ) -> Policy:
     """The runtime policy of a spec; `seconds[step]` is its threshold resolved for that step
     (an `adaptive` or `draft` spec's other thresholds must already be in seconds)."""
     if isinstance(spec, AdaptivePolicy):
-        return _build_adaptive(name, spec, scenario, steps, seconds)
+        return _build_adaptive(name, spec, routes, steps, seconds)
     if isinstance(spec, RouterPolicy):
-        return Router(name, spec, scenario)
+        return Router(name, spec, routes)
     if isinstance(spec, DraftPolicy):
         plans = {}
         for step in steps:
-            draft_route = _other_route(scenario, spec.model, spec.providers, step)
+            draft_route = _other_route(routes, spec.model, spec.providers, step)
             within = _seconds(spec.upgrade_within, seconds.get(step.id))
             plans[step.id] = DraftPlan(
                 Attempt(step.provider, step.model, None),
@@ -129,7 +127,7 @@ def _build_policy(
         give_up = spec.timeout_s if isinstance(spec, WaitPolicy) else None
         plans = {}
         for step in steps:
-            route = _route(scenario, step.model, spec.providers, step.provider)
+            route = _route(routes, step.model, spec.providers, step.provider)
             limit = give_up if isinstance(spec, WaitPolicy) else seconds[step.id]
             plans[step.id] = [
                 Attempt(route[k % len(route)], step.model, limit) for k in range(spec.retries + 1)
@@ -138,7 +136,7 @@ def _build_policy(
     if isinstance(spec, RacePolicy):
         rounds = {}
         for step in steps:
-            route = _route(scenario, step.model, spec.providers, step.provider)
+            route = _route(routes, step.model, spec.providers, step.provider)
             one = [
                 Attempt(route[j % len(route)], step.model, spec.timeout_s)
                 for j in range(spec.attempts)
@@ -148,7 +146,7 @@ def _build_policy(
     if isinstance(spec, HedgePolicy):
         plans = {}
         for step in steps:
-            route = _route(scenario, step.model, spec.providers, step.provider)
+            route = _route(routes, step.model, spec.providers, step.provider)
             hedges = [Attempt(route[h % len(route)], step.model, None) for h in range(spec.hedges)]
             plans[step.id] = [Attempt(step.provider, step.model, None), *hedges]
         return Hedge(name, plans, seconds)
@@ -156,10 +154,10 @@ def _build_policy(
     for step in steps:
         down_default = (
             step.provider
-            if spec.to in scenario.providers[step.provider].serves
-            else scenario.serving_providers(spec.to)[0]
+            if routes.serves_model(step.provider, spec.to)
+            else routes.serving(spec.to)[0]
         )
-        route = _route(scenario, spec.to, spec.providers, down_default)
+        route = _route(routes, spec.to, spec.providers, down_default)
         first = Attempt(step.provider, step.model, seconds[step.id])
         rest = [Attempt(route[k % len(route)], spec.to, None) for k in range(spec.retries)]
         plans[step.id] = [first, *rest]
@@ -169,19 +167,19 @@ def _build_policy(
 def _build_adaptive(
     name: str,
     spec: AdaptivePolicy,
-    scenario: Scenario,
+    routes: Routes,
     steps: tuple[Step, ...],
     seconds: dict[str, float],
 ) -> Adaptive:
     plans = {}
     for step in steps:
         models = {step.model, spec.fall_down, spec.fall_up} - {None}
-        routes = {
-            m: _other_route(scenario, m, spec.providers, step) for m in models if m is not None
+        by_model = {
+            m: _other_route(routes, m, spec.providers, step) for m in models if m is not None
         }
         plans[step.id] = AdaptivePlan(
             model=step.model,
-            routes=routes,
+            routes=by_model,
             cutoff=float(_seconds(spec.cutoff, seconds.get(step.id))),  # type: ignore[arg-type]
             ttft_cutoff=_seconds(spec.ttft_cutoff, None),
             hedge_after=_seconds(spec.hedge_after, None),
@@ -191,3 +189,11 @@ def _build_adaptive(
             reserve=spec.reserve_s or 0.0,
         )
     return Adaptive(name, plans)
+
+
+def calls_at_once(spec: object) -> int:
+    """How many calls a step under `spec` starts at once: a race's attempts, a draft beside
+    its primary, else one (for estimates: memory, and which policy to start first)."""
+    if isinstance(spec, RacePolicy):
+        return spec.attempts
+    return 2 if isinstance(spec, DraftPolicy) else 1

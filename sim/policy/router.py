@@ -48,7 +48,7 @@ from typing import Any
 
 import simpy
 
-from sim.model.config import RouterPolicy, Scenario
+from sim.model.config import RouterPolicy
 from sim.model.config.router import (
     INITIAL_RETRY_DELAY_S,
     JITTER_S,
@@ -64,6 +64,7 @@ from sim.model.provider import (
     Call,
 )
 from sim.policy.plans import Attempt, Policy, StepGenerator, StepRun
+from sim.policy.routes import Routes
 
 #: The router's view of a failed attempt: LiteLLM's exception type.
 RATE_LIMIT, TIMEOUT, SERVER, NO_DEPLOYMENT = "rate_limit", "timeout", "server", "no_deployment"
@@ -141,18 +142,17 @@ class RouterState:
 class Router(Policy):
     """LiteLLM's Router over the scenario's providers (see the module docstring)."""
 
-    def __init__(self, name: str, spec: RouterPolicy, scenario: Scenario) -> None:
+    def __init__(self, name: str, spec: RouterPolicy, routes: Routes) -> None:
         self.name = name
         self.spec = spec
         #: litellm 1.110.2's Router, where it differs from 1.80.0's (see the module docstring)
         self.v110 = spec.litellm_version == "1.110"
         self.groups: dict[str, list[Deployment]] = {}
         given = spec.deployments or {}
-        for model in scenario.models:
+        for model in routes.models:
             specs = given.get(model)
             if specs is None:
-                serving = [p for p in scenario.providers if model in scenario.providers[p].serves]
-                specs = [DeploymentSpec(provider=p) for p in serving]
+                specs = [DeploymentSpec(provider=p) for p in routes.serving(model)]
             self.groups[model] = [Deployment(f"{model}#{i}", model, d) for i, d in enumerate(specs)]
         self._states: weakref.WeakKeyDictionary[simpy.Environment, RouterState] = (
             weakref.WeakKeyDictionary()

@@ -9,28 +9,25 @@ policy reads the same tilted inputs and is judged with the same per-request weig
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from sim.analysis.capacity import ALL
-from sim.engine.simulation import serving_latencies
-from sim.model.config import Scenario
 from sim.model.latency import U_STALL, U_STALL_EXTRA, CallLatency
+from sim.plan import Plan
 from sim.rare.tilt import Tilt, TiltedDrawBank
-from sim.study.policy_run import RunPlan, run_policy
+from sim.study.policy_run import RunJob, run_policy
 
 
 @dataclass
 class Setup:
-    """What every batch of one estimate shares: the scenario, its resolved policies and the
-    per-step cuts and primary serving paths of the tilt."""
+    """What every batch of one estimate shares: the resolved plan (its thresholds from the
+    pilot of the scenario's own seed, its engine the estimate's) and the per-step cuts and
+    primary serving paths of the tilt."""
 
-    scenario: Scenario
+    plan: Plan
     names: list[str]
-    specs: dict
-    expected: dict
-    engine: str
     steps: list[str]  # LLM steps, in workflow order
     cuts: dict[str, tuple[float, float]]  # per step: (stall probability, failure probability)
     primary: dict[str, CallLatency]  # per step: the first serving path's latency law
@@ -49,15 +46,14 @@ class BatchOutcome:
     seconds: float
 
 
-def make_setup(scenario: Scenario, names: list[str], specs: dict, expected: dict,
-               engine: str) -> Setup:  # fmt: skip
+def make_setup(plan: Plan, names: list[str]) -> Setup:
     """The shared part of every batch; each LLM step's cuts are the largest stall and failure
     (error + invalid) probabilities of the paths serving its model (any cut keeps the estimate
     unbiased; one at the step's own probability makes the raise a plain Bernoulli tilt)."""
-    laws = serving_latencies(scenario)
+    laws = plan.latencies
     steps, cuts, primary, groups = [], {}, {}, {}
-    for step in scenario.workflow.steps:
-        if step.kind == "tool":
+    for step in plan.workflow.steps:
+        if step.tool is not None:
             continue
         paths = [law for (_, model), law in laws.items() if model == step.model]
         if not paths:
@@ -67,8 +63,9 @@ def make_setup(scenario: Scenario, names: list[str], specs: dict, expected: dict
         fail = max(law.error_rate + law.invalid_rate for law in paths)
         cuts[step.id] = (float(stall), float(fail))
         primary[step.id] = paths[0]
-        groups[step.id] = (step.model, step.input_tokens, step.output_tokens)
-    return Setup(scenario, names, specs, expected, engine, steps, cuts, primary, groups)
+        length = step.length if step.length is not None else step.output_tokens
+        groups[step.id] = (step.model, step.input_tokens, length)
+    return Setup(plan, names, steps, cuts, primary, groups)
 
 
 def batch_seed(seed: int, *parts: int) -> int:
@@ -80,11 +77,11 @@ def run_batch(
     setup: Setup, names: list[str], n: int, seed: int, tilts: list[Tilt], shares: list[float]
 ) -> tuple[TiltedDrawBank, dict[str, BatchOutcome]]:
     """Policies `names` on `n` fresh requests seeded `seed`, drawn from the mixture of `tilts`."""
-    plan = RunPlan(setup.scenario, seed, n, names, setup.specs, setup.expected, ALL, setup.engine)
-    context = plan.context()
+    job = RunJob(replace(setup.plan, seed=seed, requests=n), names, ALL)
+    context = job.context()
     bank = TiltedDrawBank(context.streams.child("calls"), n, tilts, shares)
     context.bank = bank
-    deadline = setup.scenario.deadline_s
+    deadline = setup.plan.deadline_s
     out = {}
     for name in names:
         began = time.perf_counter()

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sim.analysis.slo import MET, UNDECIDED, SloReading, miss_reading, target_text
-from sim.model.config import Scenario
-from sim.model.scenario import with_overrides
 from sim.model.words import plural
+from sim.plan import Plan, recompile
 from sim.rare.nines import estimate_nines
 from sim.study.tune import TUNED, Score, policy_mapping
 
@@ -77,7 +76,7 @@ def nines_reading(
 
 
 def check_finalists(
-    scenario: Scenario,
+    plan: Plan,
     finalists: list[tuple[dict[str, dict[str, Any]], Score]],
     slo: tuple[float, str],
     *,
@@ -92,7 +91,7 @@ def check_finalists(
     names = [f"{TUNED}_{i + 1}" for i in range(len(finalists))]
     specs = [step_specs for step_specs, _ in finalists]
     policies = {name: policy_mapping(spec) for name, spec in zip(names, specs, strict=True)}
-    candidates = with_overrides(scenario, {"policies": policies})
+    candidates = recompile(plan, {"policies": policies})
     result = estimate_nines(candidates, names, rel_error, budget_s, seed=seed)
     table = result.table.set_index("policy")
     readings = []

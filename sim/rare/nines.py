@@ -1,6 +1,6 @@
 """Four and five nines: each policy's probability of missing its deadline, by importance sampling.
 
-`estimate_nines(scenario, policies, target_rel_error, budget_s)` fits one tilt per policy by the
+`estimate_nines(plan, policies, target_rel_error, budget_s)` fits one tilt per policy by the
 cross-entropy method on pilot batches (multilevel: the elite is the top 10% by latency /
 deadline until the miss itself is reached), then draws batches of requests from the defensive
 mixture of the nominal law and those tilts (`sim.rare.tilt.TiltedDrawBank`), runs every
@@ -20,13 +20,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.policy.deadlines import admission_needs_pilot, resolve_expected
+from sim.plan import Plan
 from sim.rare.batch import Setup, batch_seed, make_setup, run_batch, stall_seconds
 from sim.rare.tilt import Tilt, identity_tilt, jump_components, slot_keys
 from sim.rare.weighted import WeightedTally, jump_update
-from sim.study.pilot import needs_pilot, resolve_specs, step_latencies
+from sim.study.pilot import prepare
 from sim.study.runner import chosen_policies
 
 #: Methods: importance sampling (the cross-entropy tilt) or plain Monte Carlo.
@@ -72,7 +71,7 @@ class PolicyEstimate:
 class NinesResult:
     """Per policy, the miss probability with its 95% interval, and how it was reached."""
 
-    scenario: Scenario
+    plan: Plan
     seed: int
     method: str
     target_rel_error: float
@@ -143,7 +142,7 @@ class NinesResult:
 
 
 def estimate_nines(
-    scenario: Scenario,
+    plan: Plan,
     policies: list[str] | None = None,
     target_rel_error: float = 0.1,
     budget_s: float = 60.0,
@@ -171,20 +170,17 @@ def estimate_nines(
     if not budget_s > 0:
         raise ScenarioError("budget_s", [("", f"must be > 0, got {budget_s}")])
     began = time.perf_counter()
-    seed = scenario.seed if seed is None else seed
-    names = chosen_policies(scenario, policies, "--policy")
-    measured = None  # thresholds from the pilot of the scenario's own seed, as `tailsim run`
-    if needs_pilot(scenario) or admission_needs_pilot(scenario):  # measures them: every seed
-        measured = step_latencies(scenario, scenario.seed, first_token=True)  # estimates the
-    specs = resolve_specs(scenario, scenario.seed, measured)  # same policies
-    setup = make_setup(
-        scenario, names, specs, resolve_expected(scenario, measured), engine or scenario.engine
-    )
+    seed = plan.seed if seed is None else seed
+    names = chosen_policies(plan, policies, "--policy")
+    # thresholds from the pilot of the scenario's own seed, as `tailsim run` measures them:
+    # every seed estimates the same policies
+    prepared, _ = prepare(plan)
+    setup = make_setup(replace(prepared, engine=engine or plan.engine), names)
     keys = slot_keys(setup.steps, attempts)
     plain = identity_tilt(keys, setup.cuts)
     estimates = {name: PolicyEstimate(name) for name in names}
     shared = _shares_state(setup, names, seed)
-    event_engine = shared or setup.engine == "des"
+    event_engine = shared or setup.plan.engine == "des"
     batch = batch or (4_000 if event_engine else 20_000)
     pilot = pilot or (4_000 if event_engine else 10_000)
     tilts: dict[str, tuple[Tilt, Tilt]] = {}
@@ -192,7 +188,7 @@ def estimate_nines(
         for i, name in enumerate(names):
             until = began + budget_s * PILOT_SHARE * (i + 1) / len(names)
             tilts[name] = _fit(setup, name, plain, pilot, batch_seed(seed, 1, i), estimates, until)
-    result = NinesResult(scenario, seed, method, target_rel_error, budget_s, estimates, tilts,
+    result = NinesResult(prepared, seed, method, target_rel_error, budget_s, estimates, tilts,
                          setup.steps, _long_stall(setup))  # fmt: skip
     result.pilot_seconds = time.perf_counter() - began
     result.defensive = DEFENSIVE_SHARED if shared else DEFENSIVE
@@ -245,7 +241,7 @@ def _shares_state(setup: Setup, names: list[str], seed: int) -> bool:
     """True if some policy needs the event engine under `engine: auto` (a small plain batch
     tells): its requests share state (a quota that binds, slots, caps), so a tilted request
     changes what the others meet."""
-    auto = replace(setup, engine="auto")
+    auto = replace(setup, plan=replace(setup.plan, engine="auto"))
     _, outcomes = run_batch(auto, names, 200, batch_seed(seed, 0), [identity_tilt([], {})], [1.0])
     return any(o.engine != "vectorized" for o in outcomes.values())
 

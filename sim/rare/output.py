@@ -106,7 +106,7 @@ def nines_figure(result: NinesResult) -> Figure:
     ax.set_ylim(-0.7, len(table) - 0.3)
     ax.set_xlabel("P(miss the deadline) per request, with 95% CI (log scale)")
     ax.set_title(
-        f"{result.scenario.name}: deadline {result.scenario.deadline_s:g} s ({result.method})",
+        f"{result.plan.name}: deadline {result.plan.deadline_s:g} s ({result.method})",
         loc="left",
     )
     ax.grid(alpha=0.3, which="both", axis="x")

@@ -22,7 +22,6 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.study.parent_watch import ParentLifeline, watch_parent
 
@@ -98,30 +97,30 @@ class Executor:
     def each(
         self,
         fn: Callable[..., Any],
-        scenario: Scenario,
+        shared: Any,
         items: Sequence[Any],
         args: tuple[Any, ...],
         on_done: Callable[[Any], None],
     ) -> None:
-        """Run `fn(scenario, item, *args)` for every item (a sweep's points, a run's policies)
+        """Run `fn(shared, item, *args)` for every item (a sweep's points, a run's policies)
         on this executor; `on_done(result)` is called in this process as each one finishes.
         `fn` must be importable by name (a module-level function) for processes and dask."""
         if not items:
             return
         if self.kind == "inline":
             for item in items:
-                on_done(fn(scenario, item, *args))
+                on_done(fn(shared, item, *args))
         elif self.kind == "processes":
-            _run_processes(fn, scenario, items, args, self.workers, on_done)
+            _run_processes(fn, shared, items, args, self.workers, on_done)
         else:
             if self._client is None:
                 raise RuntimeError("use the dask Executor as a context manager")
-            _run_dask(self._client, fn, scenario, items, args, on_done)
+            _run_dask(self._client, fn, shared, items, args, on_done)
 
 
 def _run_processes(
     fn: Callable[..., PointResult],
-    scenario: Scenario,
+    shared: Any,
     points: Sequence[SweepPoint],
     args: tuple[Any, ...],
     workers: int | None,
@@ -143,7 +142,7 @@ def _run_processes(
                 initializer=watch_parent,
                 initargs=(lifeline.child_end,),
             ) as pool:
-                futures = [pool.submit(fn, scenario, point, *args) for point in points]
+                futures = [pool.submit(fn, shared, point, *args) for point in points]
                 try:
                     for future in as_completed(futures):
                         on_done(future.result())
@@ -218,7 +217,7 @@ def _dask_client(workers: int | None, scheduler: str | None) -> tuple[Any, Any]:
 def _run_dask(
     client: Any,
     fn: Callable[..., PointResult],
-    scenario: Scenario,
+    shared: Any,
     points: Sequence[SweepPoint],
     args: tuple[Any, ...],
     on_done: Callable[[PointResult], None],
@@ -227,7 +226,7 @@ def _run_dask(
     from dask.distributed import as_completed as dask_completed  # noqa: PLC0415
 
     try:
-        remote = client.scatter(scenario, broadcast=True, timeout=WAIT_FOR_WORKERS_S)
+        remote = client.scatter(shared, broadcast=True, timeout=WAIT_FOR_WORKERS_S)
     except (TimeoutError, OSError) as exc:
         raise WorkersLostError("dask", f"the dask cluster has no workers ({exc})") from None
     futures = [client.submit(fn, remote, point, *args, pure=False) for point in points]

@@ -1,6 +1,6 @@
 """A run's policies side by side on the sweep's executors (`tailsim run -e processes -w 2`).
 
-Each worker rebuilds the run's arrivals and draw bank from the seed (`RunPlan.context`), so a
+Each worker rebuilds the run's arrivals and draw bank from the seed (`RunJob.context`), so a
 policy sees exactly the draws it sees inline (common random numbers across policies) and the
 stacked tables are the same to the last bit; the pilot's thresholds travel with the plan. Progress
 and Ctrl-C cross the process boundary a few times a second at most, never per request: over a
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from multiprocessing import parent_process
 from typing import Any
 
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
+from sim.plan import Plan
 from sim.study.executors import Executor
-from sim.study.policy_run import PolicyOutcome, RunPlan, run_policy
+from sim.study.policy_run import PolicyOutcome, RunJob, run_policy
 
 #: Seconds between a worker's progress messages (and its looks at the stop event).
 RELAY_EVERY_S = 0.25
@@ -210,21 +210,21 @@ class _Done:
 
 
 def run_policies(
-    plan: RunPlan,
+    job: RunJob,
     executor: str,
     workers: int | None,
     scheduler: str | None,
     progress: Callable[[str, int], None] | None,
     stop: Callable[[], bool] | None,
 ) -> list[PolicyOutcome]:
-    """Every policy of `plan` on `executor`, its outcomes in the plan's order. A failure stops
-    the other policies and is raised here (the first in the plan's order); `stop()` saying yes
+    """Every policy of `job` on `executor`, its outcomes in the job's order. A failure stops
+    the other policies and is raised here (the first in the job's order); `stop()` saying yes
     ends them all with KeyboardInterrupt."""
     outcomes: dict[str, PolicyOutcome] = {}
     failures: dict[str, BaseException] = {}
     with (
         Executor(executor, workers, scheduler) as pool,
-        _relay(pool, plan, progress, stop) as relay,
+        _relay(pool, job, progress, stop) as relay,
     ):
 
         def done(result: _Done) -> None:
@@ -236,24 +236,24 @@ def run_policies(
                 relay.halt()  # the run has failed: the others need not finish
 
         try:
-            order = heaviest_first(plan)
-            pool.each(policy_job, plan.scenario, order, (plan, relay.channel), done)
+            order = heaviest_first(job)
+            pool.each(policy_job, job.plan, order, (job, relay.channel), done)
         except BaseException:
             if relay.interrupted():
                 raise KeyboardInterrupt from None
             raise
     if relay.interrupted():
         raise KeyboardInterrupt
-    for name in plan.names:
+    for name in job.names:
         if name in failures:
             raise failures[name]
-    missing = [name for name in plan.names if name not in outcomes]
+    missing = [name for name in job.names if name not in outcomes]
     if missing:  # pragma: no cover - every policy either finishes, fails or is stopped
         raise RuntimeError(f"policies {missing} did not finish")
-    return [outcomes[name] for name in plan.names]
+    return [outcomes[name] for name in job.names]
 
 
-def heaviest_first(plan: RunPlan) -> list[str]:
+def heaviest_first(job: RunJob) -> list[str]:
     """The policies in the order to hand them to the workers: those that start more calls at
     once (a race's attempts, a draft beside the primary), summed over the steps, first; ties in
     the run's order. A policy cannot be split, so a long one handed out last keeps one worker
@@ -261,30 +261,21 @@ def heaviest_first(plan: RunPlan) -> list[str]:
     5.6, 4.2 and 4.5 s, finish on 2 workers after 0.62 of their sum in the run's order, after
     0.53 in this one)."""
 
-    def weight(name: str) -> int:
-        total = 0
-        for spec in plan.specs[name].values():
-            kind = getattr(spec, "kind", "")
-            total += spec.attempts if kind == "race" else 2 if kind == "draft" else 1
-        return total
-
-    return sorted(plan.names, key=lambda name: -weight(name))
+    return sorted(job.names, key=lambda name: -job.plan.policies[name].weight)
 
 
-def policy_job(
-    scenario: Scenario, name: str, plan: RunPlan, channel: _SocketChannel | _DaskChannel
-) -> _Done:
-    """Policy `name` of `plan` in a worker (`scenario` is the plan's, sent once per worker by
-    dask): the run's draws are made again from its seed. Errors come back as values, so the
-    parent can stop the other policies at once rather than wait for them."""
-    del scenario  # the plan holds the same scenario
+def policy_job(plan: Plan, name: str, job: RunJob, channel: _SocketChannel | _DaskChannel) -> _Done:
+    """Policy `name` of `job` in a worker (`plan` is the job's, sent once per worker by dask):
+    the run's draws are made again from its seed. Errors come back as values, so the parent
+    can stop the other policies at once rather than wait for them."""
+    del plan  # the job holds the same plan
     if parent_process() is not None and threading.current_thread() is threading.main_thread():
         # a pool's process: Ctrl-C reaches the parent too, which relays it as a halt; a worker
         # hit directly while waiting for its next policy would die with a traceback instead
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     relay = _WorkerRelay(channel, name)
     try:
-        outcome = run_policy(plan.context(), name, relay.progress, relay.stop)
+        outcome = run_policy(job.context(), name, relay.progress, relay.stop)
         relay.flush()
     except KeyboardInterrupt:
         return _Done(name, stopped=True)
@@ -393,14 +384,14 @@ class _ParentRelay:
 @contextmanager
 def _relay(
     pool: Any,
-    plan: RunPlan,
+    job: RunJob,
     progress: Callable[[str, int], None] | None,
     stop: Callable[[], bool] | None,
 ) -> Iterator[_ParentRelay]:
     """Where the pool's workers send progress and look for a halt (a socket for local
     processes, the scheduler for dask), and the thread that reads it."""
     hub = _DaskHub(pool.client) if pool.kind == "dask" else _SocketHub()
-    relay = _ParentRelay(hub, plan.n, progress, stop)
+    relay = _ParentRelay(hub, job.n, progress, stop)
     relay.thread.start()
     try:
         yield relay

@@ -1,10 +1,10 @@
-"""One policy's share of a run: the plan every policy shares, the context it rebuilds from the
+"""One policy's share of a run: the job every policy shares, the context it rebuilds from the
 seed (arrivals and draws), and the policy run on the engine that gives its numbers.
 
 Apart from `sim.study.runner` (which checks the options, runs the pilot and stacks the
 policies' outcomes into a RunResult) so that `sim.study.policy_pool` can run a policy in a
 worker without importing the runner that imports it. Any process may call `run_policy`: each
-rebuilds the same arrivals and draws (`RunPlan.context`), so the tables are the same to the bit.
+rebuilds the same arrivals and draws (`RunJob.context`), so the tables are the same to the bit.
 """
 
 from __future__ import annotations
@@ -21,45 +21,40 @@ from sim.analysis.breakdown import provider_limits
 from sim.analysis.capacity import ALL, REQUESTS, check_fits
 from sim.analysis.metrics import calls_frame, requests_frame
 from sim.engine.choice import DES, VECTORIZED, vectorized_in_chunks, vectorized_tables
-from sim.engine.simulation import Simulation, serving_latencies
+from sim.engine.simulation import Simulation
 from sim.engine.tally import PolicyTally, SettledRuns
 from sim.engine.vector_tables import VectorTables
 from sim.engine.vectorized import clock_arrivals
 from sim.model.arrivals import arrival_times
-from sim.model.config import Scenario
 from sim.model.rows import Records
 from sim.model.streams import CallDrawBank, Streams, WindowedDrawBank
-from sim.model.workflow import Workflow
+from sim.plan import Plan
 from sim.policy.actions import actions_frame
-from sim.policy.build import build_resolved
-from sim.policy.deadlines import rules_for
 from sim.policy.plans import Policy
 
 
 @dataclass
-class RunPlan:
-    """Everything one policy's share of a run depends on, small enough to send to a worker:
-    the pilot's results travel, the draws are made again from the seed (`context`)."""
+class RunJob:
+    """One run's work, small enough to send to a worker: the resolved plan (the pilot's
+    thresholds travel in it; its seed, size and engine are the run's), the policies to run and
+    the tables to keep. The draws are made again from the seed (`context`)."""
 
-    scenario: Scenario
-    seed: int
-    n: int
+    plan: Plan
     names: list[str]
-    specs: dict
-    expected: dict
     records: str
-    engine: str
+
+    @property
+    def n(self) -> int:
+        """Requests of the run (the plan's)."""
+        return self.plan.requests
 
     def context(self) -> _RunContext:
         """The arrivals and the (lazy) draw bank of this run: the same in every process."""
-        streams = Streams(self.seed, "main")
-        arrivals = arrival_times(self.scenario.arrivals, self.n, streams.generator("arrivals"))
-        bank = CallDrawBank(streams.child("calls"), self.n)
-        return _RunContext(
-            self, self.scenario, self.names, self.specs, streams, bank, arrivals,
-            serving_latencies(self.scenario), self.expected,
-            Workflow.from_scenario(self.scenario).steps,
-        )  # fmt: skip
+        plan = self.plan
+        streams = Streams(plan.seed, "main")
+        arrivals = arrival_times(plan.arrivals, plan.requests, streams.generator("arrivals"))
+        bank = CallDrawBank(streams.child("calls"), plan.requests)
+        return _RunContext(self, plan, streams, bank, arrivals)
 
 
 @dataclass
@@ -89,18 +84,18 @@ def run_policy(
 ) -> PolicyOutcome:
     """Policy `name` of the run, on the engine that gives its numbers (any process may)."""
     began = time.perf_counter()
-    scenario = context.scenario
-    policy = build_resolved(name, context.specs[name], scenario, context.steps)
-    if context.plan.records != ALL:
+    plan = context.plan
+    policy = plan.runtime(name)
+    if context.job.records != ALL:
         outcome = _tallied_policy(context, name, policy, progress, stop)
     else:
-        bank, arrivals, engine = context.bank, context.arrivals, context.plan.engine
-        fast, note = vectorized_tables(scenario, policy, bank, arrivals, engine, context.latencies)
+        bank, arrivals = context.bank, context.arrivals
+        fast, note = vectorized_tables(plan, policy, bank, arrivals, plan.engine)
         if fast is not None:  # no controls: the vectorized engine never has a breaker
             outcome = PolicyOutcome(name, VECTORIZED, note, 0.0, requests=fast.requests,
                                     calls=fast.calls)  # fmt: skip
             if progress:
-                progress(name, context.plan.n)
+                progress(name, plan.requests)
             if stop is not None and stop():
                 raise KeyboardInterrupt
         else:
@@ -115,18 +110,13 @@ def run_policy(
 
 @dataclass
 class _RunContext:
-    """What every policy of one run shares: the scenario, resolved specs, arrivals and draws."""
+    """What every policy of one run shares: the job, its plan, arrivals and draws."""
 
-    plan: RunPlan
-    scenario: Scenario
-    names: list[str]
-    specs: dict
+    job: RunJob
+    plan: Plan
     streams: Streams
     bank: CallDrawBank
     arrivals: np.ndarray
-    latencies: dict
-    expected: dict
-    steps: list
 
     @cached_property
     def clocked(self) -> np.ndarray:
@@ -149,13 +139,10 @@ class _RunContext:
         all: on the run's shared bank. Otherwise on a windowed bank of its own (blocks near the
         requests in flight): that bank is for one pass over the requests in order, and shared, a
         second policy's first blocks would count as stale and be drawn again on every use."""
-        rules = rules_for(self.scenario, name, self.expected[name])
         bank = self.bank
-        if self.plan.records != ALL:
-            bank = WindowedDrawBank(self.streams.child("calls"), self.plan.n)
-        return Simulation(
-            self.scenario, policy, bank, self.streams, latencies=self.latencies, rules=rules
-        )
+        if self.job.records != ALL:
+            bank = WindowedDrawBank(self.streams.child("calls"), self.plan.requests)
+        return Simulation(self.plan, policy, bank, self.streams)
 
 
 def _tallied_policy(
@@ -167,16 +154,15 @@ def _tallied_policy(
 ) -> PolicyOutcome:
     """One policy keeping only its tally (records none) or its requests table too (requests):
     vectorized, a chunk of requests at a time, so memory does not grow with calls."""
-    scenario, records = context.scenario, context.plan.records
+    plan, records = context.plan, context.job.records
     collector = _Collector(context, name, context.clocked, records, progress, stop)
     note = vectorized_in_chunks(
-        scenario, policy, context.streams.child("calls"), context.clocked, context.plan.engine,
-        collector.feed, context.latencies,
-    )  # fmt: skip
+        plan, policy, context.streams.child("calls"), context.clocked, plan.engine, collector.feed
+    )
     breaker_open = 0.0
     if note:  # the event engine, whole: start the tally again
         why = f"policy '{name}' needs the event engine ({note}): "
-        check_fits(scenario, context.plan.n, [name], records=records, event_engine=True, why=why)
+        check_fits(plan, plan.requests, [name], records=records, event_engine=True, why=why)
         if progress and collector.fed:
             progress(name, -collector.fed)  # its chunks are dropped: back to the start
         collector = _Collector(context, name, context.clocked, records, progress, stop)
@@ -198,16 +184,16 @@ class _Collector:
         progress: Callable[[str, int], None] | None,
         stop: Callable[[], bool] | None,
     ) -> None:
-        scenario = context.scenario
+        plan = context.plan
         self.context, self.name, self.records = context, name, records
         self.progress, self.stop = progress, stop
         self.tally = PolicyTally(
             name,
             clocked,
-            limits=provider_limits(scenario.providers),
-            tpm=tpm_quotas(scenario),
-            warmup_s=scenario.warmup_s,
-            first_signal_s=scenario.first_signal_s,
+            limits=provider_limits(plan.provider_specs),
+            tpm=plan.tpm_quotas(),
+            warmup_s=plan.warmup_s,
+            first_signal_s=plan.first_signal_s,
         )
         self.requests: list[pd.DataFrame] = []
         self.fed = 0  # requests of vectorized chunks tallied
@@ -240,16 +226,3 @@ class _Collector:
         done = sim.run(context.arrivals, tick, self.stop)
         settled.finish(done)
         return done.breaker_open_s
-
-
-def tpm_quotas(scenario: Scenario) -> dict[tuple[str, str | None], int]:
-    """Every TPM quota of the scenario: (provider, None) for a provider's, (provider, model) for
-    a model's own."""
-    quotas: dict[tuple[str, str | None], int] = {}
-    for name, spec in scenario.providers.items():
-        if spec.tpm:
-            quotas[(name, None)] = spec.tpm
-        for model, serving in spec.serves.items():
-            if serving.tpm:
-                quotas[(name, model)] = serving.tpm
-    return quotas

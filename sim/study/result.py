@@ -18,16 +18,17 @@ from sim.analysis.breakdown import breakdown, provider_limits
 from sim.analysis.capacity import ALL
 from sim.analysis.timeseries import timeseries
 from sim.model.arrivals import bursts
-from sim.model.config import Scenario
+from sim.plan import Plan
 from sim.policy.actions import no_actions
 from sim.study.points import SweepPoint
 
 
 @dataclass
 class RunResult:
-    """The tables of one run of a scenario, plus what is needed to reproduce it."""
+    """The tables of one run of a scenario, plus what is needed to reproduce it (its plan,
+    resolved: the pilot's thresholds in it)."""
 
-    scenario: Scenario
+    plan: Plan
     seed: int
     requests_count: int
     thresholds: dict[str, dict[str, float]]
@@ -55,7 +56,7 @@ class RunResult:
         """Why each policy did as it did: failures by reason and step, load per provider."""
         if self.breakdown_table is not None:
             return self.breakdown_table
-        return breakdown(self.requests, self.calls, provider_limits(self.scenario.providers))
+        return breakdown(self.requests, self.calls, provider_limits(self.plan.provider_specs))
 
     def latency_table(self, points: int | None = None) -> pd.DataFrame:
         """policy and latency_s of the counted runs, for figures: the requests table's, or, for a
@@ -81,8 +82,8 @@ class RunResult:
         return timeseries(
             self.requests,
             self.calls,
-            self.scenario.timeseries_bin_s,
-            bursts(self.scenario.arrivals),
+            self.plan.timeseries_bin_s,
+            bursts(self.plan.arrivals),
         )
 
 
@@ -95,7 +96,8 @@ class SweepResult:
     summary: pd.DataFrame
     requests: pd.DataFrame
     keys: list[str] = field(default_factory=list)
-    scenario: Scenario | None = None
+    #: The plan of the swept scenario (None: stacked without one).
+    plan: Plan | None = None
 
     @property
     def aggregate(self) -> pd.DataFrame:

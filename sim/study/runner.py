@@ -1,6 +1,6 @@
-"""The library's front door: run every policy of a scenario on the same arrivals and draws.
+"""The library's front door: run every policy of a plan on the same arrivals and draws.
 
-`run(scenario)` resolves 'pNN' thresholds with a pilot run, then simulates each policy on common
+`run(plan)` resolves 'pNN' thresholds with a pilot run, then simulates each policy on common
 random numbers (same arrivals, same per-call draws) and returns the summary, requests and calls
 tables as DataFrames: the same tables `tailsim run` writes. One policy's share of the work is
 `sim.study.policy_run`'s; the result type is `sim.study.result.RunResult` (data only: saving
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pandas as pd
 
@@ -18,34 +19,33 @@ from sim.analysis.capacity import ALL, RECORDS, check_fits, default_records
 from sim.analysis.metrics import CALL_COLUMNS, REQUEST_COLUMNS, summarize
 from sim.engine.tally import breakdown_table as tally_breakdown
 from sim.engine.tally import summary_table as tally_summary
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
+from sim.plan import Plan, with_seed
 from sim.policy.actions import no_actions
-from sim.policy.deadlines import admission_needs_pilot, resolve_expected
-from sim.study.pilot import needs_pilot, resolve_specs, step_latencies, thresholds_of, tool_steps
-from sim.study.policy_run import PolicyOutcome, RunPlan, run_policy, tpm_quotas
+from sim.study.pilot import prepare
+from sim.study.policy_run import PolicyOutcome, RunJob, run_policy
 from sim.study.result import RunResult
 
 
 def chosen_policies(
-    scenario: Scenario, policies: Sequence[str] | None, argument: str = "policies="
+    plan: Plan, policies: Sequence[str] | None, argument: str = "policies="
 ) -> list[str]:
-    """The policies to run, each once, in the order given (all of the scenario's by default);
-    an unknown name is reported against `argument` (the caller's spelling of the option)."""
+    """The policies to run, each once, in the order given (all of the plan's by default); an
+    unknown name is reported against `argument` (the caller's spelling of the option)."""
     if isinstance(policies, str):
         policies = [policies]
-    names = list(dict.fromkeys(policies)) if policies else list(scenario.policies)
-    unknown = [p for p in names if p not in scenario.policies]
+    names = list(dict.fromkeys(policies)) if policies else list(plan.policies)
+    unknown = [p for p in names if p not in plan.policies]
     if unknown:
-        known = ", ".join(scenario.policies)
+        known = ", ".join(plan.policies)
         raise ScenarioError(
-            argument, [("", f"unknown policy {unknown[0]!r} in {scenario.name} (known: {known})")]
+            argument, [("", f"unknown policy {unknown[0]!r} in {plan.name} (known: {known})")]
         )
     return names
 
 
 def run(
-    scenario: Scenario,
+    plan: Plan,
     *,
     requests: int | None = None,
     seed: int | None = None,
@@ -70,75 +70,71 @@ def run(
     `workers` and a dask `scheduler` as for `sim.study.sweep`) runs the policies side by side: each
     worker draws what this process would, so the tables are the same to the last bit.
     """
-    n = scenario.requests if requests is None else requests
+    n = plan.requests if requests is None else requests
     if n < 1:
-        raise ScenarioError(scenario.source, [("requests", f"must be >= 1, got {n}")])
-    seed = scenario.seed if seed is None else seed
-    names = chosen_policies(scenario, policies)
+        raise ScenarioError(plan.source, [("requests", f"must be >= 1, got {n}")])
+    names = chosen_policies(plan, policies)
     if records is None:
-        records = default_records(scenario, n, names)
+        records = default_records(plan, n, names)
     if records not in RECORDS:
-        raise ScenarioError(scenario.source, [("records", f"got {records!r}, allowed: {RECORDS}")])
+        raise ScenarioError(plan.source, [("records", f"got {records!r}, allowed: {RECORDS}")])
     if executor != "inline" or workers is not None or scheduler is not None:
         from sim.study.executors import check_executor  # noqa: PLC0415 - only when asked for
 
         check_executor(executor, workers, scheduler)
-    check_fits(scenario, n, names, records=records)
+    check_fits(plan, n, names, records=records)
 
     started = time.perf_counter()
-    measured = None  # one pilot run for the thresholds and admission's expected times
-    if needs_pilot(scenario) or admission_needs_pilot(scenario):
-        measured = step_latencies(scenario, seed, first_token=True)
-    specs = resolve_specs(scenario, seed, measured)
-    thresholds = thresholds_of(specs, tool_steps(scenario))
-    expected = resolve_expected(scenario, measured)
+    plan = with_seed(plan, plan.seed if seed is None else seed)
+    plan, _ = prepare(plan)  # one pilot run for the thresholds and admission's expected times
     wall = {"pilot": time.perf_counter() - started}
 
-    plan = RunPlan(scenario, seed, n, names, specs, expected, records, engine or scenario.engine)
+    plan = replace(plan, requests=n, engine=engine or plan.engine)
+    job = RunJob(plan, names, records)
     if executor == "inline":
-        context = plan.context()  # records all: one draw bank, each policy reuses the last's
+        context = job.context()  # records all: one draw bank, each policy reuses the last's
         outcomes = [run_policy(context, name, progress, stop) for name in names]
     else:
         from sim.study.policy_pool import run_policies  # noqa: PLC0415 - executors on demand
 
-        outcomes = run_policies(plan, executor, workers, scheduler, progress, stop)
+        outcomes = run_policies(job, executor, workers, scheduler, progress, stop)
     wall.update((o.name, o.wall_s) for o in outcomes)
-    thresholds = {name: thresholds[name] for name in names}
+    thresholds = {name: dict(plan.policies[name].thresholds) for name in names}
     if records != ALL:
-        result = _tallied_result(plan, thresholds, wall, outcomes)
+        result = _tallied_result(job, thresholds, wall, outcomes)
     else:
-        result = _tables_result(plan, thresholds, wall, outcomes)
+        result = _tables_result(job, thresholds, wall, outcomes)
     result.executor, result.workers = executor, workers
     return result
 
 
 def _tables_result(
-    plan: RunPlan,
+    job: RunJob,
     thresholds: dict[str, dict[str, float]],
     wall: dict[str, float],
     outcomes: list[PolicyOutcome],
 ) -> RunResult:
     """The RunResult of a run that kept every table: the policies' tables stacked in order."""
-    scenario = plan.scenario
+    plan = job.plan
     requests_table = pd.concat([o.requests for o in outcomes], ignore_index=True)
     calls_table = pd.concat([o.calls for o in outcomes], ignore_index=True)
     action_tables = [o.actions for o in outcomes if o.actions is not None]
     actions_table = pd.concat(action_tables, ignore_index=True) if action_tables else no_actions()
-    counted_requests, counted_calls = after_warmup(requests_table, calls_table, scenario.warmup_s)
+    counted_requests, counted_calls = after_warmup(requests_table, calls_table, plan.warmup_s)
     counted_actions = _kept(actions_table, counted_requests)
     return RunResult(
-        scenario=scenario,
+        plan=plan,
         seed=plan.seed,
-        requests_count=plan.n,
+        requests_count=plan.requests,
         thresholds=thresholds,
         summary=summarize(
             counted_requests,
             counted_calls,
-            {m: spec.quality for m, spec in scenario.models.items()},
-            tpm=tpm_quotas(scenario),
+            plan.model_quality,
+            tpm=plan.tpm_quotas(),
             breaker_open={o.name: o.breaker_open_s for o in outcomes},
             actions=counted_actions,
-            first_signal_s=scenario.first_signal_s,
+            first_signal_s=plan.first_signal_s,
         ),
         requests=requests_table,
         calls=calls_table,
@@ -150,26 +146,26 @@ def _tables_result(
 
 
 def _tallied_result(
-    plan: RunPlan,
+    job: RunJob,
     thresholds: dict[str, dict[str, float]],
     wall: dict[str, float],
     outcomes: list[PolicyOutcome],
 ) -> RunResult:
     """The RunResult of a run that kept summaries only (or the requests table too)."""
-    scenario = plan.scenario
+    plan = job.plan
     tallies = [o.tally for o in outcomes if o.tally is not None]
     if any(not t.sums.get("runs") for t in tallies):
         raise ScenarioError(
-            "warmup_s", [("", f"{scenario.warmup_s:g} s leaves no request to count: lower it")]
+            "warmup_s", [("", f"{plan.warmup_s:g} s leaves no request to count: lower it")]
         )
     kept = [part for o in outcomes for part in o.kept]
     requests_table = (
         pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=list(REQUEST_COLUMNS))
     )
     return RunResult(
-        scenario=scenario,
+        plan=plan,
         seed=plan.seed,
-        requests_count=plan.n,
+        requests_count=plan.requests,
         thresholds=thresholds,
         summary=tally_summary(tallies, {o.name: o.breaker_open_s for o in outcomes}),
         requests=requests_table,
@@ -177,7 +173,7 @@ def _tallied_result(
         wall_s=wall,
         engines={o.name: o.engine for o in outcomes},
         engine_notes={o.name: o.note for o in outcomes},
-        records=plan.records,
+        records=job.records,
         latency={t.policy: t.latencies() for t in tallies},
         breakdown_table=tally_breakdown(tallies),
     )

@@ -19,8 +19,8 @@ import pandas as pd
 
 from sim.analysis.capacity import ALL
 from sim.analysis.timeseries import recovery
-from sim.model.config import ArrivalsSpec, Scenario
 from sim.model.errors import ScenarioError
+from sim.plan import Plan, recompile
 from sim.study.runner import chosen_policies, run
 
 #: Multipliers tried first, in order (the search stops at the first burst not recovered from).
@@ -43,10 +43,10 @@ class StressPlan:
     bisections: int = BISECTIONS
 
 
-def default_plan(scenario: Scenario) -> StressPlan:
+def default_plan(plan: Plan) -> StressPlan:
     """Bursts of 1 and 2 minutes (one only if the deadline is long), a calm stretch of
     max(120 s, 4 deadlines) and a recovery window of max(60 s, 4 deadlines)."""
-    deadline = scenario.deadline_s
+    deadline = plan.deadline_s
     return StressPlan(
         durations_s=(60.0, 120.0),
         calm_s=max(120.0, 4 * deadline),
@@ -54,63 +54,63 @@ def default_plan(scenario: Scenario) -> StressPlan:
     )
 
 
-def base_rate(scenario: Scenario) -> float:
+def base_rate(plan: Plan) -> float:
     """The scenario's calm arrival rate (Poisson or schedule arrivals only)."""
-    if scenario.arrivals.kind not in ("poisson", "schedule"):
+    if plan.arrivals.kind not in ("poisson", "schedule"):
         raise ScenarioError(
-            scenario.source,
+            plan.source,
             [("arrivals.kind", "stress needs poisson or schedule arrivals (a base rate to burst)")],
         )
-    return scenario.arrivals.rate_per_s
+    return plan.arrivals.rate_per_s
 
 
 def burst_scenario(
-    scenario: Scenario, multiplier: float, duration_s: float, calm_s: float, after_s: float
-) -> tuple[Scenario, int, tuple[float, float]]:
-    """The scenario with its arrivals replaced by calm, burst, calm; the requests that cover it
-    with room to spare; and the burst's (start, end)."""
-    rate = base_rate(scenario)
+    plan: Plan, multiplier: float, duration_s: float, calm_s: float, after_s: float
+) -> tuple[Plan, int, tuple[float, float]]:
+    """The plan with its arrivals replaced by calm, burst, calm (and no warmup); the requests
+    that cover it with room to spare; and the burst's (start, end)."""
+    rate = base_rate(plan)
     segments = [
         {"duration_s": calm_s, "rate_per_s": rate},
         {"duration_s": duration_s, "rate_per_s": rate * multiplier},
     ]
-    arrivals = ArrivalsSpec(kind="schedule", rate_per_s=rate, segments=segments)
+    arrivals = {"kind": "schedule", "rate_per_s": rate, "segments": segments}
     expected = rate * (calm_s + after_s) + rate * multiplier * duration_s
     n = math.ceil(expected + 6 * math.sqrt(expected) + 10)
-    bursty = scenario.model_copy(update={"arrivals": arrivals, "warmup_s": 0.0})
+    bursty = recompile(plan, {"arrivals": arrivals, "warmup_s": 0.0})
     return bursty, n, (calm_s, calm_s + duration_s)
 
 
 def recovery_after(
-    scenario: Scenario, policy: str, multiplier: float, duration_s: float, plan: StressPlan
+    plan: Plan, policy: str, multiplier: float, duration_s: float, search: StressPlan
 ) -> tuple[float, float, float]:
     """(pre-burst goodput per s, goodput one burst-length after the burst, seconds until
     goodput is back; inf if not within the window) of one policy after one burst."""
-    after_s = plan.window_s + 2 * duration_s
-    bursty, n, burst = burst_scenario(scenario, multiplier, duration_s, plan.calm_s, after_s)
+    after_s = search.window_s + 2 * duration_s
+    bursty, n, burst = burst_scenario(plan, multiplier, duration_s, search.calm_s, after_s)
     result = run(bursty, requests=n, policies=[policy], records=ALL)  # timeseries needs calls
     series = result.timeseries
     horizon = burst[1] + after_s
     series = series[series["t_s"] + bursty.timeseries_bin_s <= horizon + 1e-9]
     level, after, back = recovery(series, policy, burst, TOLERANCE)
-    return level, after, back if back <= plan.window_s else math.inf
+    return level, after, back if back <= search.window_s else math.inf
 
 
 def stress(
-    scenario: Scenario,
+    plan: Plan,
     policies: Sequence[str] | None = None,
-    plan: StressPlan | None = None,
+    search: StressPlan | None = None,
     progress: Callable[[str, float, float], None] | None = None,
 ) -> pd.DataFrame:
     """Every burst tried, one row each: policy, duration_s, multiplier, extra_requests (the
     burst's requests beyond the base rate), level_per_s, after_per_s, recovery_s (inf: not
     back within the window), recovered."""
-    plan = plan or default_plan(scenario)
-    names = chosen_policies(scenario, policies, "--policy")
-    rate = base_rate(scenario)
+    search = search or default_plan(plan)
+    names = chosen_policies(plan, policies, "--policy")
+    rate = base_rate(plan)
     rows = []
     for policy in names:
-        for duration in plan.durations_s:
+        for duration in search.durations_s:
             tried: dict[float, tuple[float, float, float]] = {}
 
             def attempt(
@@ -121,16 +121,16 @@ def stress(
             ) -> bool:
                 if progress is not None:
                     progress(policy, duration, m)
-                tried[m] = recovery_after(scenario, policy, m, duration, plan)
+                tried[m] = recovery_after(plan, policy, m, duration, search)
                 return math.isfinite(tried[m][2])
 
             good, bad = 1.0, None
-            for m in plan.multipliers:
+            for m in search.multipliers:
                 if not attempt(m):
                     bad = m
                     break
                 good = m
-            for _ in range(plan.bisections if bad is not None and good > 1.0 else 0):
+            for _ in range(search.bisections if bad is not None and good > 1.0 else 0):
                 mid = round((good + bad) / 2, 3)
                 if attempt(mid):
                     good = mid

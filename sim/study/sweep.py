@@ -24,10 +24,9 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.capacity import REQUESTS
-from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
-from sim.model.scenario import with_overrides
 from sim.model.streams import Streams
+from sim.plan import Plan, recompile
 from sim.study.executors import Executor
 from sim.study.points import PointResult, SweepPoint
 from sim.study.result import SweepResult
@@ -44,34 +43,34 @@ def replication_seed(seed: int, replication: int) -> int:
     return int(rng.integers(0, 2**31 - 1))
 
 
-def swept_keys(scenario: Scenario) -> list[str]:
+def swept_keys(plan: Plan) -> list[str]:
     """The swept key paths in column order: grid keys, then zip keys."""
-    spec = scenario.sweep
+    spec = plan.sweep
     return [*spec.grid, *spec.zip] if spec is not None else []
 
 
-def with_engine(scenario: Scenario, engine: str, source: str = "") -> Scenario:
-    """The scenario with `engine` in place of its own (`tailsim sweep --engine`, as `tailsim run
+def with_engine(plan: Plan, engine: str, source: str = "") -> Plan:
+    """The plan with `engine` in place of its own (`tailsim sweep --engine`, as `tailsim run
     --engine`): set in the scenario, every point runs it and a stored sweep is keyed by it.
     Refused when the sweep itself varies `engine`."""
-    if "engine" in swept_keys(scenario):
+    if "engine" in swept_keys(plan):
         raise ScenarioError(
-            source or scenario.name,
+            source or plan.name,
             [("sweep", "varies `engine` per point: drop --engine, or `engine` from the sweep")],
         )
-    return with_overrides(scenario, {"engine": engine}, source=source)
+    return recompile(plan, {"engine": engine}, source=source)
 
 
-def expand(scenario: Scenario) -> list[SweepPoint]:
-    """Every (grid values, zip index, replication) of the scenario's sweep, keys checked first.
+def expand(plan: Plan) -> list[SweepPoint]:
+    """Every (grid values, zip index, replication) of the plan's sweep, keys checked first.
 
     The zip lists form one axis (their i-th values together), crossed with the grid's product."""
-    spec = scenario.sweep
+    spec = plan.sweep
     grid: dict[str, list[Any]] = dict(spec.grid) if spec is not None else {}
     paired: dict[str, list[Any]] = dict(spec.zip) if spec is not None else {}
     replications = spec.replications if spec is not None else 1
-    _check_keys(scenario, grid, "grid")
-    _check_keys(scenario, paired, "zip")
+    _check_keys(plan, grid, "grid")
+    _check_keys(plan, paired, "zip")
     zipped = [
         dict(zip(paired, values, strict=True)) for values in zip(*paired.values(), strict=True)
     ] or [{}]
@@ -80,28 +79,28 @@ def expand(scenario: Scenario) -> list[SweepPoint]:
         for pair in zipped:
             overrides = {**dict(zip(grid, values, strict=True)), **pair}
             for rep in range(replications):
-                seed = replication_seed(scenario.seed, rep)
+                seed = replication_seed(plan.seed, rep)
                 points.append(SweepPoint(len(points), overrides, rep, seed))
     return points
 
 
-def _check_keys(scenario: Scenario, grid: dict[str, list[Any]], kind: str) -> None:
+def _check_keys(plan: Plan, grid: dict[str, list[Any]], kind: str) -> None:
     """Each swept key must name an existing key and every value must give a valid scenario."""
     problems: list[tuple[str, str]] = []
     for key, values in grid.items():
         for value in values:
             try:
-                with_overrides(scenario, {key: value})
+                recompile(plan, {key: value})
             except ScenarioError as exc:
                 details = "; ".join(f"{p or key}: {m}" for p, m in exc.problems)
                 problems.append((f"sweep.{kind}.{key}", f"value {value!r} gives: {details}"))
                 break
     if problems:
-        raise ScenarioError(scenario.source, problems)
+        raise ScenarioError(plan.source, problems)
 
 
 def run_point(
-    scenario: Scenario,
+    plan: Plan,
     point: SweepPoint,
     keys: Sequence[str],
     requests: int | None = None,
@@ -111,7 +110,7 @@ def run_point(
     import time  # noqa: PLC0415
 
     began = time.perf_counter()
-    varied = with_overrides(scenario, point.overrides) if point.overrides else scenario
+    varied = recompile(plan, point.overrides) if point.overrides else plan
     # a point keeps its requests table (the sweep's figures and requests.parquet), not its calls
     result = run(varied, requests=requests, seed=point.seed, policies=policies, records=REQUESTS)
     return PointResult(
@@ -123,7 +122,7 @@ def run_point(
 
 
 def run_sweep(
-    scenario: Scenario,
+    plan: Plan,
     *,
     requests: int | None = None,
     policies: Sequence[str] | None = None,
@@ -134,8 +133,8 @@ def run_sweep(
 ) -> SweepResult:
     """Run every point on `executor` ('inline', 'processes' or 'dask') and stack the tables in
     plan order; `progress(done, total, point)` is told as each point finishes."""
-    points = expand(scenario)
-    keys = swept_keys(scenario)
+    points = expand(plan)
+    keys = swept_keys(plan)
     results: list[PointResult] = []
 
     def finished(result: PointResult) -> None:
@@ -144,15 +143,13 @@ def run_sweep(
             progress(len(results), len(points), result.point)
 
     with Executor(executor, workers, scheduler) as pool:
-        run_points(
-            pool, scenario, points, keys, requests=requests, policies=policies, on_done=finished
-        )
-    return stack(scenario, points, keys, results)
+        run_points(pool, plan, points, keys, requests=requests, policies=policies, on_done=finished)
+    return stack(plan, points, keys, results)
 
 
 def run_points(
     pool: Executor,
-    scenario: Scenario,
+    plan: Plan,
     points: Sequence[SweepPoint],
     keys: Sequence[str],
     *,
@@ -164,11 +161,11 @@ def run_points(
     as each one finishes: where the caller stores it (`tailsim sweep` writes its part), for
     this layer writes no file."""
     args = (list(keys), requests, list(policies) if policies else None)
-    pool.each(run_point, scenario, points, args, on_done)
+    pool.each(run_point, plan, points, args, on_done)
 
 
 def stack(
-    scenario: Scenario, points: list[SweepPoint], keys: list[str], results: list[PointResult]
+    plan: Plan, points: list[SweepPoint], keys: list[str], results: list[PointResult]
 ) -> SweepResult:
     """One SweepResult from point results in any order (sorted into plan order)."""
     ordered = sorted(results, key=lambda r: r.point.index)
@@ -177,7 +174,7 @@ def stack(
         summary=pd.concat([r.summary for r in ordered], ignore_index=True),
         requests=pd.concat([r.requests for r in ordered], ignore_index=True),
         keys=keys,
-        scenario=scenario,
+        plan=plan,
     )
 
 

@@ -30,15 +30,17 @@ import numpy as np
 from scipy.stats import qmc
 
 from sim.analysis.slo import MET, judge, runs_to_resolve, target_text
-from sim.engine.simulation import Simulation, serving_latencies
+from sim.engine.simulation import Simulation
 from sim.model.arrivals import arrival_times
-from sim.model.config import AdaptivePolicy, Scenario
+from sim.model.config import AdaptivePolicy
 from sim.model.errors import ScenarioError
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.words import plural
 from sim.model.workflow import Workflow
+from sim.plan import FIRST_TOKEN, Plan, compile_scenario
+from sim.plan.resolve import reserves
 from sim.policy.build import build_resolved
-from sim.study.pilot import TTFT_SAMPLE, _reserves, step_latencies
+from sim.study.pilot import measure
 
 #: Name of the policy `tune` adds.
 TUNED = "tuned"
@@ -125,11 +127,11 @@ class TuneResult:
     check: Any = None  # what `check` (the finalists by `tailsim nines`) found, if it ran
 
 
-#: How many finalists a `FinalistCheck` judges, and what it is: (scenario, per finalist its
+#: How many finalists a `FinalistCheck` judges, and what it is: (plan, per finalist its
 #: step specs and search score, slo) -> (index of the one to keep, a report of the check).
 FINALISTS = 4
 FinalistCheck = Callable[
-    [Scenario, list[tuple[dict[str, dict[str, Any]], Score]], tuple[float, str]], tuple[int, Any]
+    [Plan, list[tuple[dict[str, dict[str, Any]], Score]], tuple[float, str]], tuple[int, Any]
 ]
 
 
@@ -143,30 +145,29 @@ class Evaluator:
 
     def __init__(
         self,
-        scenario: Scenario,
+        plan: Plan,
         seed: int,
         requests: int,
         max_cost: float | None,
         min_quality: float,
         slo: tuple[float, str] | None = None,
     ) -> None:
-        self.scenario = scenario
+        self.plan = plan
         self.slo = slo  # (target, metric): search against it (see Score)
-        self.workflow = Workflow.from_scenario(scenario)
+        self.workflow = plan.workflow
         self.steps = self.workflow.steps
-        self.pilot = step_latencies(scenario, seed, first_token=True)
+        self.pilot = measure(plan, seed)
         for step in self.steps:
             if len(self.pilot[step.id]) == 0:
                 raise ScenarioError(
-                    scenario.source,
+                    plan.source,
                     [("workflow.steps", f"step '{step.id}' never succeeded in the pilot run")],
                 )
-        self.reserve = _reserves(scenario, self.pilot)
+        self.reserve = reserves(plan, self.pilot)
         streams = Streams(seed, "main")
         self.streams = streams
-        self.arrivals = arrival_times(scenario.arrivals, requests, streams.generator("arrivals"))
+        self.arrivals = arrival_times(plan.arrivals, requests, streams.generator("arrivals"))
         self.bank = CallDrawBank(streams.child("calls"), requests)
-        self.latencies = serving_latencies(scenario)
         self.requests = requests
         self.max_cost = max_cost
         self.min_quality = min_quality
@@ -174,7 +175,7 @@ class Evaluator:
 
     def seconds(self, step: str, pct: float, first_token: bool = False) -> float:
         """The `pct` percentile of a step's pilot latency (first-token latency), in 0.01 s."""
-        sample = self.pilot[(step, TTFT_SAMPLE) if first_token else step]
+        sample = self.pilot[(step, FIRST_TOKEN) if first_token else step]
         return max(0.01, round(float(np.percentile(sample, pct)), 2))
 
     def step_specs(self, knobs: Knobs) -> dict[str, dict[str, Any]]:
@@ -199,7 +200,7 @@ class Evaluator:
             if knobs.fall_up is not None and knobs.fall_up != step.model:
                 spec["fall_up"] = knobs.fall_up
             if knobs.all_providers:
-                spec["providers"] = list(self.scenario.providers)
+                spec["providers"] = list(self.plan.providers)
             specs[step.id] = spec
         return specs
 
@@ -207,8 +208,8 @@ class Evaluator:
         """Simulate the candidate on the first `n` requests and score it."""
         self.evaluations += 1
         specs = {s: AdaptivePolicy.model_validate(d) for s, d in self.step_specs(knobs).items()}
-        policy = build_resolved(TUNED, specs, self.scenario, self.steps)  # type: ignore[arg-type]
-        sim = Simulation(self.scenario, policy, self.bank, self.streams, latencies=self.latencies)
+        policy = build_resolved(TUNED, specs, self.plan.routes, self.steps)  # type: ignore[arg-type]
+        sim = Simulation(self.plan, policy, self.bank, self.streams)
         runs = sim.run(self.arrivals[:n]).runs
         valid_hit = sum(r.valid_hit for r in runs) / len(runs)
         cost = sum(r.cost for r in runs) / n
@@ -228,7 +229,7 @@ class Evaluator:
 
 
 def tune(
-    scenario: Scenario,
+    plan: Plan,
     *,
     requests: int = 1000,
     seed: int | None = None,
@@ -238,14 +239,14 @@ def tune(
     slo: tuple[float, str] | None = None,
     check: FinalistCheck | None = None,
 ) -> TuneResult:
-    """Search the tuned policy of `scenario` (see the module docstring); with `slo` (target,
+    """Search the tuned policy of `plan` (see the module docstring); with `slo` (target,
     metric), the cheapest that meets the target (see `Score`). Where `requests` are too few for
     plain runs to show the target met, `check` (`sim.rare.finalists`) judges the best few
     finalists otherwise (by importance sampling) and picks among them."""
-    root = scenario.seed if seed is None else seed
-    ev = Evaluator(scenario, search_seed(root), requests, max_cost, min_quality, slo)
+    root = plan.seed if seed is None else seed
+    ev = Evaluator(plan, search_seed(root), requests, max_cost, min_quality, slo)
     tell = progress or (lambda _stage, _done, _total: None)
-    space = _Space(scenario, ev.steps)
+    space = _Space(plan, ev.steps)
     candidates = space.sobol(SOBOL_POINTS, root) + space.anchors()
     best_knobs, best, last_rung = _successive_halving(ev, candidates, requests, tell)
     best_knobs, best = _pattern_search(ev, space, best_knobs, best, tell)
@@ -256,7 +257,7 @@ def tune(
             distinct.setdefault(knobs, score)
         finalists = list(distinct.items())[:FINALISTS]
         tell(f"tailsim nines on {plural(len(finalists), 'finalist')}", 0, 1)
-        pick, found = check(scenario, [(ev.step_specs(k), score) for k, score in finalists], slo)
+        pick, found = check(plan, [(ev.step_specs(k), score) for k, score in finalists], slo)
         best_knobs, best = finalists[pick]
     specs = ev.step_specs(best_knobs)
     return TuneResult(policy_mapping(specs), best, ev.evaluations, specs, found)
@@ -309,13 +310,12 @@ def _pattern_search(
 class _Space:
     """The knobs' ranges: which models a step may fall down or up to, which providers."""
 
-    def __init__(self, scenario: Scenario, steps: tuple[Any, ...]) -> None:
-        self.scenario = scenario
+    def __init__(self, plan: Plan, steps: tuple[Any, ...]) -> None:
         self.steps = steps
-        self.models = list(scenario.models)
+        self.models = list(plan.models)
         self.fall_down_options: list[str | None] = [None, *self.models]
         self.fall_up_options: list[str | None] = [None, *self.models]
-        self.multi_provider = len(scenario.providers) > 1
+        self.multi_provider = len(plan.providers) > 1
 
     def steps_by_load(self) -> list[int]:
         """LLM steps, most depended-on and required first (the article's "how much is
@@ -481,21 +481,20 @@ def run_tune(
         scenario_from_dict,
         with_includes,
     )
-    from sim.policy.perstep import effective_specs  # noqa: PLC0415
     from sim.study.runner import run as run_policies  # noqa: PLC0415
 
     source = FilePath(source)
     out_file = FilePath(out_file)
-    scenario = load_scenario(source)
+    plan = compile_scenario(load_scenario(source))
     if out_file.is_dir():
         raise ScenarioError(str(out_file), [("", "is a folder, expected a file name to write")])
     parent = out_file.absolute().parent
     if not parent.is_dir():
         raise ScenarioError(str(out_file), [("", f"cannot be written: no folder {parent}")])
-    n = requests or scenario.requests
-    slo = search_slo(scenario, slo_target)
+    n = requests or plan.requests
+    slo = search_slo(plan, slo_target)
     result = tune(
-        scenario,
+        plan,
         requests=n,
         seed=seed,
         max_cost=max_cost,
@@ -510,13 +509,13 @@ def run_tune(
     fresh = tuned_scenario_data(data, result.policy, str(source.resolve().parent), str(out_dir))
     if slo_target is not None:
         fresh["slo"] = {**(fresh.get("slo") or {}), "target": slo_target}
-    tuned = scenario_from_dict(fresh, source=str(out_file), base_dir=out_dir)
-    written = effective_specs(tuned)[TUNED]
+    tuned = compile_scenario(scenario_from_dict(fresh, source=str(out_file), base_dir=out_dir))
+    written = tuned.policies[TUNED].written
     for step, scored in result.step_specs.items():  # the file runs what was scored
         if written[step] != AdaptivePolicy.model_validate(scored):
             raise AssertionError(f"written policy differs from the scored one at step {step}")
     header = (
-        f"# {scenario.name} with policy `{TUNED}` added by `tailsim tune` "
+        f"# {plan.name} with policy `{TUNED}` added by `tailsim tune` "
         f"({plural(result.evaluations, 'candidate')} scored on {plural(n, 'request')}).\n"
     )
     out_file.write_text(
@@ -525,21 +524,21 @@ def run_tune(
     report = run_policies(tuned, requests=n, seed=seed)
     cap = "none" if max_cost is None else f"{max_cost:g} USD"
     note = (
-        f"{scenario.name}: {plural(n, 'request')}, seed {report.seed} "
+        f"{plan.name}: {plural(n, 'request')}, seed {report.seed} "
         "(the search ran on other draws); "
-        f"cost cap {cap}, quality floor {max(min_quality, scenario.quality_floor):g}"
+        f"cost cap {cap}, quality floor {max(min_quality, plan.quality_floor):g}"
     )
     if slo is not None:
         note += "; " + slo_note(slo, result.score, n, result.check)
     return TuneOutcome(result, report.summary, note, slo)
 
 
-def search_slo(scenario: Scenario, target: float | None) -> tuple[float, str] | None:
+def search_slo(plan: Plan, target: float | None) -> tuple[float, str] | None:
     """(target, metric) the search runs against: `target` (--slo-target) or the scenario's
     `slo` target, with the scenario's metric (valid_hit_rate without one); None for neither."""
-    metric = scenario.slo.metric if scenario.slo is not None else "valid_hit_rate"
+    metric = plan.slo.metric if plan.slo is not None else "valid_hit_rate"
     if target is None:
-        return None if scenario.slo is None else (scenario.slo.target, metric)
+        return None if plan.slo is None else (plan.slo.target, metric)
     return target, metric
 
 

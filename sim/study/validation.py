@@ -41,9 +41,9 @@ from sim.analysis.analytic import (
     quantile_se,
     race_sf,
 )
-from sim.model.config import Scenario
 from sim.model.latency import lognormal_params
 from sim.model.scenario import scenario_from_dict
+from sim.plan import Plan, compile_scenario
 from sim.study.result import RunResult
 from sim.study.runner import run
 
@@ -155,8 +155,8 @@ def _scenario(
     rate_per_s: float = 1.0,
     deadline_s: float = NO_DEADLINE_S,
     billing: str = "full",
-) -> Scenario:
-    """One provider `p` serving one model `m`: the shape of every theory check."""
+) -> Plan:
+    """One provider `p` serving one model `m`: the shape of every theory check, compiled."""
     provider: dict[str, Any] = {"serves": {"m": serving}}
     if concurrency is not None:
         provider["concurrency"] = concurrency
@@ -170,7 +170,7 @@ def _scenario(
         "policies": policies,
         "billing": {"cancelled": billing},
     }
-    return scenario_from_dict(data, source=f"<validation:{name}>")
+    return compile_scenario(scenario_from_dict(data, source=f"<validation:{name}>"))
 
 
 def _known_latency_serving() -> dict[str, Any]:
@@ -448,7 +448,7 @@ def check_race_billing(size: int, seed: int) -> list[CheckResult]:
     """With billing 'full', a race of k bills every attempt's whole answer: cost per request is
     steps x k x (input x price_in + output x price_out) exactly."""
     result, k = _race_two_steps(size, seed)
-    steps = result.scenario.workflow.steps
+    steps = result.plan.workflow.steps
     per_call = (BILL_INPUT_TOKENS * PRICE_IN + GEN_TOKENS * PRICE_OUT) / 1e6
     theory = len(steps) * k * per_call
     cost = result.requests["cost_usd"].mean()

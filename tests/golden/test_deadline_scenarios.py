@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 import sim
-from sim.study.pilot import step_latencies
+from sim.study.pilot import measure
 
 REPO = Path(__file__).resolve().parents[2]
 #: Requests of the golden runs these checks are written for (test_bundled_scenarios.py's).
@@ -133,7 +133,7 @@ def futile_admission_cuts_futile_cost(result: sim.RunResult) -> None:
     retries = calls[calls["attempt"] > 0]
     futile = retries[retries["outcome"] != "ok"].groupby("policy")["cost_usd"].sum()
     assert futile.get("admitted", 0.0) < 0.25 * futile["retry"], futile
-    median = float(np.median(step_latencies(result.scenario, result.seed)["answer"]))
+    median = float(np.median(measure(result.plan, result.seed)["answer"]))
     started = retries[retries["policy"] == "admitted"]
     assert (started["deadline_at"] - started["start_s"] > median).all()
     refused = result.requests.groupby("policy")["refused_retries"].sum()

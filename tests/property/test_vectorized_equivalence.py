@@ -23,6 +23,7 @@ from scipy.stats import ks_2samp
 
 import sim
 from sim.analysis.metrics import calls_frame, requests_frame
+from sim.engine.choice import single_policy
 from sim.engine.qualify import qualifies
 from sim.engine.simulation import Simulation
 from sim.engine.vector_tables import tables
@@ -31,9 +32,7 @@ from sim.model.arrivals import arrival_times
 from sim.model.config import Scenario
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
-from sim.policy.build import build_policy
-from sim.study.pilot import resolve_thresholds
+from tests.unit.helpers import resolved_plan
 
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 RTOL = 1e-12
@@ -141,16 +140,15 @@ def qualifying_scenarios(draw: st.DrawFn) -> Scenario:
 def test_vectorized_equals_the_event_engine_per_request(
     scenario: Scenario, n: int, seed: int
 ) -> None:
-    steps = Workflow.from_scenario(scenario).steps
-    resolved = resolve_thresholds(scenario, seed)["policy"]
-    policy = build_policy("policy", scenario.policies["policy"], scenario, steps, resolved)
-    assert qualifies(scenario, policy) == (True, "")
+    plan = resolved_plan(scenario, seed)
+    policy = single_policy(plan.runtime("policy"))  # per-step seconds as one policy
+    assert qualifies(plan.policies["policy"]) == (True, "")
     streams = Streams(seed, "main")
     arrivals = arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
     bank = CallDrawBank(streams.child("calls"), n)
-    records = Simulation(scenario, policy, bank, streams).run(arrivals)
-    runs, calls = simulate(scenario, policy, bank, arrivals)
-    fast = tables(scenario, "policy", runs, calls)
+    records = Simulation(plan, policy, bank, streams).run(arrivals)
+    runs, calls = simulate(plan, policy, bank, arrivals)
+    fast = tables(plan, "policy", runs, calls)
     slow_requests, slow_calls = requests_frame(records), calls_frame(records)
     for column in ("latency_s", "cost_usd", "end_s"):
         np.testing.assert_allclose(fast.requests[column], slow_requests[column], rtol=RTOL)

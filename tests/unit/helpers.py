@@ -22,8 +22,10 @@ from sim.model.latency import ERROR, INVALID, OK, CallDraws, CallLatency
 from sim.model.rows import Records
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
+from sim.plan import Measured, Plan, compile_scenario, resolve, with_seed
 from sim.policy.build import build_policy
+from sim.policy.plans import Policy
+from sim.study.pilot import measure, prepare
 
 #: Prices of the default models, USD per token.
 BIG_IN, BIG_OUT = 1e-6, 2e-6
@@ -185,14 +187,14 @@ def simulate(
     seed: int = 0,
 ) -> Result:
     """Run one policy of `scenario` on the given arrival times and draws (no pilot run)."""
-    steps = Workflow.from_scenario(scenario).steps
+    plan = compile_scenario(scenario)
     runtime = build_policy(
-        policy, scenario.policies[policy], scenario, steps, dict(thresholds or {})
+        policy, scenario.policies[policy], plan.routes, plan.workflow.steps, dict(thresholds or {})
     )
     streams = Streams(seed, "main")
     if bank is None:
         bank = CallDrawBank(streams.child("calls"), len(arrivals))
-    sim = Simulation(scenario, runtime, bank, streams)
+    sim = Simulation(plan, runtime, bank, streams)
     records = sim.run(np.asarray(arrivals, dtype=float))
     return Result(records, requests_frame(records), calls_frame(records))
 
@@ -222,3 +224,37 @@ def scenario_dict_with(edit: dict[str, Any]) -> dict[str, Any]:
     data["workflow"]["steps"][0] |= edit.get("step", {})
     data["policies"]["p"] |= edit.get("policy", {})
     return data
+
+
+def plan_of(scenario: Scenario) -> Plan:
+    """The compiled plan of a scenario (resolved at once when nothing needs the pilot)."""
+    return compile_scenario(scenario)
+
+
+def resolved_plan(scenario: Scenario, seed: int | None = None) -> Plan:
+    """The plan of `scenario` on `seed` (default: its own), the pilot run where needed."""
+    plan = compile_scenario(scenario)
+    return prepare(with_seed(plan, plan.seed if seed is None else seed))[0]
+
+
+def thresholds(
+    scenario: Scenario, seed: int | None = None, latencies: Measured | None = None
+) -> dict[str, dict[str, float]]:
+    """Per policy and LLM step, the main threshold in seconds (the pilot's on `seed`, or
+    resolved from `latencies` when given)."""
+    plan = compile_scenario(scenario)
+    if latencies is not None:
+        plan = resolve(plan, latencies)
+    else:
+        plan = prepare(with_seed(plan, plan.seed if seed is None else seed))[0]
+    return {name: dict(p.thresholds) for name, p in plan.policies.items()}
+
+
+def pilot_samples(scenario: Scenario, seed: int | None = None) -> Measured:
+    """The pilot's samples of `scenario` on `seed` (default: its own)."""
+    return measure(compile_scenario(scenario), seed)
+
+
+def runtime_of(scenario: Scenario, name: str, seed: int | None = None) -> Policy:
+    """Policy `name`'s runtime with its thresholds resolved by the pilot on `seed`."""
+    return resolved_plan(scenario, seed).runtime(name)

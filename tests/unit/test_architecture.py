@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "sim"
-LAYERS = ("model", "policy", "analysis", "engine", "study", "output")
+LAYERS = ("model", "policy", "plan", "analysis", "engine", "study", "output")
 #: Features in wings of their own, above the layers and independent of each other.
 WINGS = ("calibration", "rare", "adapters")
 #: The faces on top, outside the layer folders (the layers contract names them as layers too).

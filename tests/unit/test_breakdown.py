@@ -16,6 +16,7 @@ from sim.analysis.capacity import NONE, check_fits, estimated_bytes
 from sim.analysis.metrics import peak_window_sum
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
+from sim.plan import compile_scenario
 
 
 def _brute_peak(times: list[float], amounts: list[float], window: float) -> float:
@@ -151,29 +152,31 @@ def test_breakdown_of_a_policy_without_failures_has_provider_rows_only() -> None
 
 def test_capacity_check_refuses_what_cannot_fit_and_names_the_way_out() -> None:
     scenario = load_scenario()
-    need = estimated_bytes(scenario, 1000, ["wait", "race"])
-    check_fits(scenario, 1000, ["wait", "race"], available=need * 2)
+    need = estimated_bytes(compile_scenario(scenario), 1000, ["wait", "race"])
+    check_fits(compile_scenario(scenario), 1000, ["wait", "race"], available=need * 2)
     with pytest.raises(ScenarioError) as info:
-        check_fits(scenario, 1000, ["wait", "race"], available=need // 2)
+        check_fits(compile_scenario(scenario), 1000, ["wait", "race"], available=need // 2)
     message = str(info.value)
     assert "GiB" in message
     assert "--policy" in message
-    assert estimated_bytes(scenario, 1000, ["race"]) > estimated_bytes(scenario, 1000, ["wait"])
+    assert estimated_bytes(compile_scenario(scenario), 1000, ["race"]) > estimated_bytes(
+        compile_scenario(scenario), 1000, ["wait"]
+    )
 
 
 def test_summaries_only_is_advised_only_where_it_would_fit() -> None:
     scenario = load_scenario()
-    none = estimated_bytes(scenario, 10**9, ["wait"], NONE)
-    assert estimated_bytes(scenario, 10**9, ["wait"]) > none * 10
+    none = estimated_bytes(compile_scenario(scenario), 10**9, ["wait"], NONE)
+    assert estimated_bytes(compile_scenario(scenario), 10**9, ["wait"]) > none * 10
     with pytest.raises(ScenarioError) as info:
-        check_fits(scenario, 10**9, ["wait"], available=none * 2)
+        check_fits(compile_scenario(scenario), 10**9, ["wait"], available=none * 2)
     assert "or --records none (summaries only)" in str(info.value)
     with pytest.raises(ScenarioError) as info:
-        check_fits(scenario, 10**9, ["wait"], available=none // 2)
+        check_fits(compile_scenario(scenario), 10**9, ["wait"], available=none // 2)
     assert "--records none" not in str(info.value)
     assert "for their records" in str(info.value)
     with pytest.raises(ScenarioError) as info:
-        check_fits(scenario, 10**9, ["wait"], available=none // 2, records=NONE)
+        check_fits(compile_scenario(scenario), 10**9, ["wait"], available=none // 2, records=NONE)
     assert "even with summaries only" in str(info.value)
 
 

@@ -411,7 +411,7 @@ def no_simulation(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return spy
 
-    monkeypatch.setattr(sim.study.runner, "step_latencies", refuse("the pilot"))
+    monkeypatch.setattr(sim.study.runner, "prepare", refuse("the pilot"))
     monkeypatch.setattr(sim.study.policy_run, "arrival_times", refuse("the arrivals"))
     return started
 

@@ -26,7 +26,7 @@ from sim.model.latency import OK, CallDraws, CallLatency, Constant
 from sim.model.provider import Call, Provider, Serving
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
+from sim.plan import compile_scenario
 from sim.policy.build import build_policy
 from tests.unit.helpers import (
     Draw,
@@ -455,10 +455,10 @@ def test_overhead_runs_on_the_event_engine() -> None:
     """The vectorized engine does not model overhead: `auto` hands such a scenario to the
     event engine, naming the key."""
     scenario = overhead(0.1)
-    steps = Workflow.from_scenario(scenario).steps
-    policy = build_policy("p", scenario.policies["p"], scenario, steps, {})
+    steps = compile_scenario(scenario).workflow.steps
+    policy = build_policy("p", scenario.policies["p"], compile_scenario(scenario).routes, steps, {})
     bank = CallDrawBank(Streams(0, "calls"), 3)
-    tables, why = vectorized_tables(scenario, policy, bank, np.zeros(3), "auto")
+    tables, why = vectorized_tables(compile_scenario(scenario), policy, bank, np.zeros(3), "auto")
     assert tables is None
     assert "overhead_s" in why
 

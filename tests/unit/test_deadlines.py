@@ -31,9 +31,8 @@ from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.rows import CONFIRMED, PLANNED, UNKNOWN
 from sim.model.scenario import scenario_from_dict
+from sim.plan import compile_scenario
 from sim.policy.actions import actions_frame
-from sim.policy.deadlines import rules_for
-from sim.policy.perstep import effective_specs
 
 #: Slack for comparing simulated times.
 EPS = 1e-9
@@ -490,8 +489,8 @@ def test_every_policy_kind_takes_the_deadline_keys() -> None:
     )
     for name in ("adaptive", "draft", "mixed"):
         assert s.policies[name].propagate_deadline is False, name
-        assert rules_for(s, name).propagate is False, name
-    assert rules_for(s, "draft").expected == {"s1": 0.5}
+        assert compile_scenario(s).policies[name].rules.propagate is False, name
+    assert compile_scenario(s).policies["draft"].rules.expected == {"s1": 0.5}
     summary = sim.run(s, requests=3, policies=["wait", "adaptive", "mixed"]).summary
     orphans = summary.set_index("policy")["orphan_calls"]
     assert orphans["wait"] == 0
@@ -527,6 +526,7 @@ def test_a_per_step_maps_controls_apply_to_every_step() -> None:
             },
         },
     )
-    specs = effective_specs(s)["mixed"]
+    plan = compile_scenario(s)
+    specs = plan.policies["mixed"].written
     assert all(spec.controls is not None for spec in specs.values())
-    assert effective_specs(s)["cut"]["s1"].controls is None
+    assert plan.policies["cut"].written["s1"].controls is None

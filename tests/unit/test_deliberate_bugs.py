@@ -21,6 +21,7 @@ from sim.model.arrivals import arrival_times
 from sim.model.config import Scenario
 from sim.model.ratelimit import retry_after_header
 from sim.model.streams import Streams
+from sim.plan import compile_scenario
 from sim.study.tune import tune
 
 #: TPM refilling 20 tokens a second: whole-second waits for 1100-token calls (module docstring).
@@ -183,9 +184,9 @@ def test_tune_keeps_its_pick_under_the_cost_cap() -> None:
     capped at 1 cent it must not: the written policy, run on the scenario's seed, stays under
     the cap (the bug's pick costs ~39 cents a request)."""
     scenario, n, cap = _tune_scenario(), 80, 0.01
-    free = tune(scenario, requests=n)
+    free = tune(compile_scenario(scenario), requests=n)
     assert _cost_per_request(scenario, free.policy, TUNE_SEED, n) > 3 * cap  # the cap binds
-    capped = tune(scenario, requests=n, max_cost=cap)
+    capped = tune(compile_scenario(scenario), requests=n, max_cost=cap)
     assert capped.score.feasible
     assert capped.score.cost <= cap
     assert _cost_per_request(scenario, capped.policy, TUNE_SEED, n) <= cap
@@ -214,7 +215,7 @@ def test_tune_searches_on_draws_held_out_from_the_scenario_seed(
     included) has other streams, other call draws and other arrivals than that seed's."""
     scenario, n = _tune_scenario(), 40
     root = TUNE_SEED if seed is None else seed
-    tune(scenario, requests=n, seed=seed)
+    tune(compile_scenario(scenario), requests=n, seed=seed)
     assert len(simulated_seeds) > 10
     own = arrival_times(scenario.arrivals, n, Streams(root, "main").generator("arrivals"))
     for streams_seed, bank_seed, arrivals in simulated_seeds:

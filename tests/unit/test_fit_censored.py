@@ -18,6 +18,7 @@ from sim.calibration.report import _cut_in_spells, fit_calls
 from sim.calibration.synth import synth_calls
 from sim.model.latency import LogNormal
 from sim.model.scenario import load_scenario
+from sim.plan import compile_scenario
 
 SPEED = (60.0, 110.0)
 EXTRA = (30.0, 80.0)
@@ -101,7 +102,7 @@ def test_default_scenario_round_trip_recovers_stall_and_no_difficulty() -> None:
     0.0237 +- 0.0009 vs 0.03, extra median 27.4 s vs 30, spurious difficulty F 1.09): the 90 s
     deadline cuts ~500 calls, now logged as `timeout` and censored. Stall probability within 0.5
     points and 3 SE, extra median and p99 within 3 SE; no difficulty reported."""
-    log = synth_calls(load_scenario("scenarios/default.yaml"), requests=3000)
+    log = synth_calls(compile_scenario(load_scenario("scenarios/default.yaml")), requests=3000)
     assert (log["status"] == "timeout").sum() > 300
     fits, _ = fit_calls(log, mode="first_token", seed=0)  # what auto keeps here; half the time
     (group,) = [g for g in fits if g.fit.provider == "direct"]

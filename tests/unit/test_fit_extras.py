@@ -23,6 +23,7 @@ from sim.cli import main
 from sim.model.arrivals import arrival_times
 from sim.model.config import ArrivalsSpec
 from sim.model.scenario import scenario_from_dict
+from sim.plan import compile_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 AZURE = REPO / "scenarios" / "data" / "azure-llm-trace-2023" / "AzureLLMInferenceTrace_code.csv"
@@ -108,7 +109,8 @@ def test_difficulty_recovered_and_not_mistaken_for_spells() -> None:
     p99 is ~0.025 here (stated by the fit), so 10% is over 5 SEs; the request effect is not
     reported as spells. Without difficulty, none is reported."""
     log = synth_calls(
-        scenario_from_dict(small_scenario(difficulty={"median": 1, "p99": 2.0})), requests=3000
+        compile_scenario(scenario_from_dict(small_scenario(difficulty={"median": 1, "p99": 2.0}))),
+        requests=3000,
     )
     fits = {f.name: f for f in fit_extras(log)}
     difficulty = fits["difficulty"]
@@ -118,7 +120,9 @@ def test_difficulty_recovered_and_not_mistaken_for_spells() -> None:
     assert not fits["episodes"].supported, fits["episodes"].evidence
     plain = {
         f.name: f
-        for f in fit_extras(synth_calls(scenario_from_dict(small_scenario()), requests=1500))
+        for f in fit_extras(
+            synth_calls(compile_scenario(scenario_from_dict(small_scenario())), requests=1500)
+        )
     }
     assert not plain["difficulty"].supported, plain["difficulty"].evidence
 
@@ -128,7 +132,10 @@ def test_spells_found_through_synth() -> None:
     5000-request log (about 150 spells): detected, every_s, last_s and slowdown within 20%
     (SEs ~8%, ~8% and ~1%), no load dependence reported."""
     spec = small_scenario(provider={"episodes": {"every_s": 100, "last_s": 10, "slowdown": 2.0}})
-    fits = {f.name: f for f in fit_extras(synth_calls(scenario_from_dict(spec), requests=5000))}
+    fits = {
+        f.name: f
+        for f in fit_extras(synth_calls(compile_scenario(scenario_from_dict(spec)), requests=5000))
+    }
     spells = fits["episodes"]
     assert spells.supported, spells.evidence
     assert spells.where == "providers.p.episodes"
@@ -144,7 +151,7 @@ def test_load_dependence_found() -> None:
     approximate when the provider queues (docs/fitting-extras.md)."""
     spec = small_scenario(provider={"concurrency": 24, "slowdown": {"a": 1.0, "k": 2.0}})
     spec["arrivals"]["rate_per_s"] = 1.5
-    log = synth_calls(scenario_from_dict(spec), requests=3000)
+    log = synth_calls(compile_scenario(scenario_from_dict(spec)), requests=3000)
     fits = {f.name: f for f in fit_extras(log, concurrency=24)}
     load = fits["slowdown"]
     assert load.supported, load.evidence
@@ -171,7 +178,7 @@ def test_overhead_recovered() -> None:
 
 def test_overhead_through_fit_extras() -> None:
     """fit_extras reports overhead_s per provider from a log with server_latency_s."""
-    log = synth_calls(scenario_from_dict(small_scenario()), requests=300)
+    log = synth_calls(compile_scenario(scenario_from_dict(small_scenario())), requests=300)
     log["server_latency_s"] = log["latency_s"] - 0.04
     fits = [f for f in fit_extras(log) if f.name == "overhead_s"]
     assert [f.where for f in fits] == ["providers.p.overhead_s"]

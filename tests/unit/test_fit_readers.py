@@ -19,6 +19,7 @@ from sim.calibration.synth import synth_calls
 from sim.cli import main
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario, scenario_from_dict
+from sim.plan import compile_scenario
 
 GOOD = "2024-04-15T08:00:00,p,m,100,20,0.3,1.2,ok"
 CSV_HEAD = "timestamp,provider,model,input_tokens,output_tokens,ttft_s,latency_s,status"
@@ -279,7 +280,7 @@ def test_fit_places_spells_and_fits_the_serving_outside_them(tmp_path: Path) -> 
         "policies": {"wait": {"kind": "wait"}},
     }
     path = tmp_path / "spells.csv"
-    synth_calls(scenario_from_dict(spec), requests=5000).to_csv(path, index=False)
+    synth_calls(compile_scenario(scenario_from_dict(spec)), requests=5000).to_csv(path, index=False)
     out = tmp_path / "fitted.yaml"
     result = CliRunner().invoke(main, ["fit", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output

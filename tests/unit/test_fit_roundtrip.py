@@ -18,6 +18,7 @@ from sim.calibration.synth import synth_calls
 from sim.model.config import ServingSpec
 from sim.model.latency import LogNormal
 from sim.model.scenario import scenario_from_dict
+from sim.plan import compile_scenario
 
 N = 50_000
 TTFT = (0.8, 4.0)
@@ -207,7 +208,7 @@ def test_round_trip_through_the_engine() -> None:
         },
         "policies": {"wait": {"kind": "wait"}},
     }
-    calls = synth_calls(scenario_from_dict(spec), requests=N)
+    calls = synth_calls(compile_scenario(scenario_from_dict(spec)), requests=N)
     fit = fit_group(calls, "p", "m")
     assert fit.mode == "first_token"
     for name, law, truth in (

@@ -19,9 +19,9 @@ import pytest
 from helpers import ScriptedBank, build, const, ok, serving, simulate, step, timeline
 
 import sim
-from sim.engine.simulation import Simulation, serving_latencies
+from sim.engine.simulation import Simulation
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
+from sim.plan import compile_scenario
 from sim.policy.build import build_policy
 
 #: Tokens of one call of `helpers.step` (1000 input + 100 output): a TPM of this admits one.
@@ -79,7 +79,7 @@ def test_every_call_uses_the_draws_of_its_own_resend() -> None:
     n = 200
     scenario, bank = _resend_scenario(n)
     result = simulate(scenario, "wait", bank, list(np.arange(n) * 10.0))
-    latency = serving_latencies(scenario)[("p1", "big")]
+    latency = compile_scenario(scenario).latencies[("p1", "big")]
     calls = result.calls
     assert set(calls["resend"]) == {0, 1}
     for resend, group in calls.groupby("resend"):
@@ -247,16 +247,20 @@ def test_two_simulations_sharing_a_bank_see_the_same_rows() -> None:
     arrivals = np.arange(n) * 100.0
     streams = Streams(4, "main")
     bank = CallDrawBank(streams.child("calls"), n)
-    steps = Workflow.from_scenario(scenario).steps
+    steps = compile_scenario(scenario).workflow.steps
     seen = []
     for name in ("wait", "cut"):
         policy = build_policy(
-            name, scenario.policies[name], scenario, steps, {"s1": 1e3, "s2": 1e3}
+            name,
+            scenario.policies[name],
+            compile_scenario(scenario).routes,
+            steps,
+            {"s1": 1e3, "s2": 1e3},
         )
-        records = Simulation(scenario, policy, bank, streams).run(arrivals)
+        records = Simulation(compile_scenario(scenario), policy, bank, streams).run(arrivals)
         seen.append({(c.step, c.run.index): c.ttft for c in records.calls})
     assert seen[0] == seen[1]
-    latency = serving_latencies(scenario)[("p1", "big")]
+    latency = compile_scenario(scenario).latencies[("p1", "big")]
     for step_id in ("s1", "s2"):
         rows = bank.draws(step_id, 0, 0, ("p1", "big"), latency, 100).ttft
         assert [seen[0][(step_id, i)] for i in range(n)] == rows

@@ -15,6 +15,7 @@ from sim.cli import main
 from sim.model.latency import U_STALL, U_TTFT, LogNormal
 from sim.model.scenario import load_scenario, with_overrides
 from sim.model.streams import CallDrawBank, Streams
+from sim.plan import compile_scenario
 from sim.rare import nines as nines_module
 from sim.rare.nines import estimate_nines
 from sim.rare.tilt import SlotTilt, Tilt, TiltedDrawBank, identity_tilt, slot_keys
@@ -105,7 +106,9 @@ def test_the_chain_estimate_covers_the_exact_miss_in_18_of_20_seeds() -> None:
     assert 1.1e-5 < exact < 1.3e-5
     covered, rel_errors = 0, []
     for seed in range(20):
-        row = estimate_nines(scenario, None, 0.1, 600, seed=seed, attempts=1).table.iloc[0]
+        row = estimate_nines(
+            compile_scenario(scenario), None, 0.1, 600, seed=seed, attempts=1
+        ).table.iloc[0]
         covered += row["ci_lo"] <= exact <= row["ci_hi"]
         rel_errors.append(row["rel_error"])
     assert covered >= 18, covered
@@ -115,7 +118,9 @@ def test_the_chain_estimate_covers_the_exact_miss_in_18_of_20_seeds() -> None:
 def test_the_exact_chain_matches_plain_monte_carlo_where_it_is_cheap() -> None:
     # deadline 40 s: exact 0.1217; 20,000 plain runs: SE 0.0023, tolerance 4 SE
     scenario = with_overrides(load_scenario(CHAIN), {"deadline_s": 40.0})
-    plain = estimate_nines(scenario, None, 1e-9, 600, method="plain", max_runs=20_000)
+    plain = estimate_nines(
+        compile_scenario(scenario), None, 1e-9, 600, method="plain", max_runs=20_000
+    )
     row = plain.table.iloc[0]
     exact = chain_exact(40.0)
     assert abs(row["miss_probability"] - exact) < 4 * math.sqrt(exact * (1 - exact) / row["runs"])
@@ -132,8 +137,8 @@ def test_importance_sampling_agrees_with_plain_runs_near_1e_3() -> None:
     the rare-event estimate against 150,000 plain runs, within 3 joint standard errors."""
     scenario = with_overrides(load_scenario(ROOT / "scenarios" / "default.yaml"),
                               {"deadline_s": 120.0})  # fmt: skip
-    rare = estimate_nines(scenario, ["hedge"], 0.1, 600, seed=1).table.iloc[0]
-    plain = estimate_nines(scenario, ["hedge"], 1e-9, 600, seed=2, method="plain",
+    rare = estimate_nines(compile_scenario(scenario), ["hedge"], 0.1, 600, seed=1).table.iloc[0]
+    plain = estimate_nines(compile_scenario(scenario), ["hedge"], 1e-9, 600, seed=2, method="plain",
                            max_runs=150_000).table.iloc[0]  # fmt: skip
     se = math.hypot(rare["ci_hi"] - rare["ci_lo"], plain["ci_hi"] - plain["ci_lo"]) / (2 * 1.96)
     assert abs(rare["miss_probability"] - plain["miss_probability"]) < 3 * se
@@ -153,7 +158,7 @@ def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(nines_module, "_fit", wild)
     monkeypatch.setattr(nines_module, "DEFENSIVE", 1e-12)  # the vectorized engine's share
-    result = estimate_nines(scenario, ["wait"], 0.1, 600, seed=4)
+    result = estimate_nines(compile_scenario(scenario), ["wait"], 0.1, 600, seed=4)
     row = result.table.iloc[0]
     assert result.fallback
     assert row["method"] == "plain"
@@ -165,10 +170,11 @@ def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.Monk
 def test_the_bundled_scenario_tells_apart_at_99_99_what_99_cannot(tmp_path: Path) -> None:
     """Must-show (d): on scenarios/nines.yaml a plain run of its 20,000 requests gives race and
     hedge overlapping 95% CIs; `tailsim nines` separates them and says so."""
+    from sim.plan import compile_scenario  # noqa: PLC0415
     from sim.study.runner import run  # noqa: PLC0415
 
     scenario = load_scenario(ROOT / "scenarios" / "nines.yaml")
-    summary = run(scenario, records="none").summary.set_index("policy")
+    summary = run(compile_scenario(scenario), records="none").summary.set_index("policy")
     assert summary.at["race", "hit_rate"] >= 0.99
     assert summary.at["hedge", "hit_rate"] >= 0.99
     assert summary.at["race", "hit_rate_lo"] <= summary.at["hedge", "hit_rate_hi"]
@@ -224,7 +230,9 @@ def test_the_event_engine_estimate_holds_where_nothing_is_shared() -> None:
     stopped at the target."""
     scenario = with_overrides(load_scenario(CHAIN), {"deadline_s": 72.5})
     exact = chain_exact(72.5)
-    row = estimate_nines(scenario, None, 0.1, 600, seed=3, engine="des", attempts=1).table.iloc[0]
+    row = estimate_nines(
+        compile_scenario(scenario), None, 0.1, 600, seed=3, engine="des", attempts=1
+    ).table.iloc[0]
     assert row["engine"] == "des"
     assert row["ci_lo"] <= exact <= row["ci_hi"]
     assert row["rel_error"] <= 0.1

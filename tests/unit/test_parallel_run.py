@@ -17,9 +17,10 @@ import sim
 from sim.model import streams
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
-from sim.study.pilot import resolve_specs
+from sim.plan import compile_scenario
+from sim.study.pilot import prepare
 from sim.study.policy_pool import heaviest_first
-from sim.study.policy_run import RunPlan
+from sim.study.policy_run import RunJob
 from sim.study.progress_lines import ProgressLines
 from tests.unit.test_cli import assert_exit, cli, tailsim_command
 
@@ -188,10 +189,9 @@ def test_a_scenario_error_survives_pickling() -> None:
 def test_policies_that_start_more_calls_are_handed_out_first(contended: Path) -> None:
     """A race (two calls at once per step) before a cut (one): the long policies start first,
     so no worker is left with a long one at the end; ties keep the run's order."""
-    spec = load_scenario(contended)
-    plan = RunPlan(spec, spec.seed, 10, ["cut", *POLICIES[1:]], resolve_specs(spec, spec.seed),
-                   {}, "all", "auto")  # fmt: skip
-    assert heaviest_first(plan) == ["race", "race_capped", "race_polite", "cut"]
+    plan, _ = prepare(compile_scenario(load_scenario(contended)))
+    job = RunJob(plan, ["cut", *POLICIES[1:]], "all")
+    assert heaviest_first(job) == ["race", "race_capped", "race_polite", "cut"]
 
 
 def test_each_policy_of_a_summaries_only_run_draws_as_if_alone(

@@ -10,10 +10,8 @@ import sim
 from sim.model.config import CutPolicy, RacePolicy, WaitPolicy
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
-from sim.model.workflow import Workflow
-from sim.policy.build import build_resolved
+from sim.plan import compile_scenario
 from sim.policy.kinds import PerStep
-from sim.policy.perstep import effective_specs
 
 STEPS = [step("a"), step("b", "a"), step("c", "b", required=False)]
 POLICIES = {
@@ -29,7 +27,8 @@ POLICIES = {
 
 
 def test_entries_name_override_or_replace() -> None:
-    specs = effective_specs(build(STEPS, POLICIES))
+    plan = compile_scenario(build(STEPS, POLICIES))
+    specs = {name: p.written for name, p in plan.policies.items()}
     assert isinstance(specs["mixed"]["a"], RacePolicy)
     assert specs["mixed"]["b"] == CutPolicy(kind="cut", cutoff=9.0, retries=2)
     assert specs["mixed"]["c"] == WaitPolicy(kind="wait")
@@ -40,8 +39,8 @@ def test_entries_name_override_or_replace() -> None:
 
 def test_a_step_map_runs_each_step_with_its_own_policy() -> None:
     scenario = build(STEPS, POLICIES)
-    steps = Workflow.from_scenario(scenario).steps
-    runtime = build_resolved("mixed", effective_specs(scenario)["mixed"], scenario, steps)
+    plan = compile_scenario(scenario)
+    runtime = plan.runtime("mixed")
     assert isinstance(runtime, PerStep)
     assert set(runtime.by_step) == {"a", "b", "c"}
     result = sim.run(scenario, requests=5, policies=["mixed"])

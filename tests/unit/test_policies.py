@@ -22,7 +22,7 @@ from helpers import (
 )
 
 from sim.model.config import CutPolicy, HedgePolicy, RacePolicy, WaitPolicy
-from sim.model.workflow import Workflow
+from sim.plan import compile_scenario
 from sim.policy.build import build_policy
 from sim.policy.kinds import Hedge, Race, Sequential
 from sim.policy.plans import Attempt
@@ -59,18 +59,26 @@ def run(policy: str, script: dict, arrival: float = 0.0) -> tuple[list[tuple], f
 
 
 def test_plans_follow_the_spec() -> None:
-    steps = Workflow.from_scenario(SCENARIO).steps
-    wait = build_policy("wait_t", SCENARIO.policies["wait_t"], SCENARIO, steps, {})
+    steps = compile_scenario(SCENARIO).workflow.steps
+    wait = build_policy(
+        "wait_t", SCENARIO.policies["wait_t"], compile_scenario(SCENARIO).routes, steps, {}
+    )
     assert isinstance(wait, Sequential)
     assert wait.plans["s1"] == [Attempt("p1", "big", 3.0)] * 2
-    cut = build_policy("cut", SCENARIO.policies["cut"], SCENARIO, steps, {"s1": 4.5})
+    cut = build_policy(
+        "cut", SCENARIO.policies["cut"], compile_scenario(SCENARIO).routes, steps, {"s1": 4.5}
+    )
     assert isinstance(cut, Sequential)
     assert cut.plans["s1"] == [Attempt("p1", "big", 4.5)] * 3  # threshold from `seconds`
-    race = build_policy("race3", SCENARIO.policies["race3"], SCENARIO, steps, {})
+    race = build_policy(
+        "race3", SCENARIO.policies["race3"], compile_scenario(SCENARIO).routes, steps, {}
+    )
     assert isinstance(race, Race)
     one = [Attempt("p1", "big", None), Attempt("p2", "big", None), Attempt("p1", "big", None)]
     assert race.rounds["s1"] == [one, one]
-    hedge = build_policy("hedge2", SCENARIO.policies["hedge2"], SCENARIO, steps, {"s1": 2.0})
+    hedge = build_policy(
+        "hedge2", SCENARIO.policies["hedge2"], compile_scenario(SCENARIO).routes, steps, {"s1": 2.0}
+    )
     assert isinstance(hedge, Hedge)
     assert hedge.plans["s1"] == [
         Attempt("p1", "big", None),
@@ -78,15 +86,17 @@ def test_plans_follow_the_spec() -> None:
         Attempt("p1", "big", None),
     ]
     assert hedge.after == {"s1": 2.0}
-    down = build_policy("down", SCENARIO.policies["down"], SCENARIO, steps, {"s1": 3.0})
+    down = build_policy(
+        "down", SCENARIO.policies["down"], compile_scenario(SCENARIO).routes, steps, {"s1": 3.0}
+    )
     assert isinstance(down, Sequential)
     assert down.plans["s1"] == [Attempt("p1", "big", 3.0), Attempt("p1", "small", None)]
 
 
 def test_policy_providers_route_attempts_in_turn() -> None:
-    steps = Workflow.from_scenario(SCENARIO).steps
+    steps = compile_scenario(SCENARIO).workflow.steps
     spec = WaitPolicy(kind="wait", retries=3, providers=["p2", "p1"])
-    policy = build_policy("w", spec, SCENARIO, steps, {})
+    policy = build_policy("w", spec, compile_scenario(SCENARIO).routes, steps, {})
     assert isinstance(policy, Sequential)
     assert [a.provider for a in policy.plans["s1"]] == ["p2", "p1", "p2", "p1"]
     # a listed provider that does not serve the model is skipped
@@ -95,19 +105,20 @@ def test_policy_providers_route_attempts_in_turn() -> None:
         [step("s1")],
         providers={"p1": {"serves": {"big": lognormal}}, "p2": {"serves": {"small": lognormal}}},
     )
-    steps = Workflow.from_scenario(only_p1).steps
+    steps = compile_scenario(only_p1).workflow.steps
+    routes = compile_scenario(only_p1).routes
     cut = build_policy(
-        "c", CutPolicy(kind="cut", cutoff=1.0, providers=["p2", "p1"]), only_p1, steps, {"s1": 1.0}
+        "c", CutPolicy(kind="cut", cutoff=1.0, providers=["p2", "p1"]), routes, steps, {"s1": 1.0}
     )
     assert isinstance(cut, Sequential)
     assert {a.provider for a in cut.plans["s1"]} == {"p1"}
-    race = build_policy("r", RacePolicy(kind="race", providers=["p2", "p1"]), only_p1, steps, {})
+    race = build_policy("r", RacePolicy(kind="race", providers=["p2", "p1"]), routes, steps, {})
     assert isinstance(race, Race)
     assert {a.provider for a in race.rounds["s1"][0]} == {"p1"}
     hedge = build_policy(
         "h",
         HedgePolicy(kind="hedge", after=1.0, providers=["p2", "p1"]),
-        only_p1,
+        routes,
         steps,
         {"s1": 1.0},
     )

@@ -28,6 +28,7 @@ from sim.model.config import RouterPolicy
 from sim.model.errors import ScenarioError
 from sim.model.provider import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_RATE_LIMITED, Call
 from sim.model.scenario import scenario_from_dict
+from sim.plan import compile_scenario
 from sim.policy.plans import Attempt
 from sim.policy.router import Router, header_seconds, retry_sleep, simple_shuffle
 
@@ -94,7 +95,7 @@ def _router(**keys: Any) -> Router:
     scenario = scenario_from_dict(data)
     spec = scenario.policies["r"]
     assert isinstance(spec, RouterPolicy)
-    return Router("r", spec, scenario)
+    return Router("r", spec, compile_scenario(scenario).routes)
 
 
 def _run(router: Router, run: FakeRun, at: float = 0.0) -> list[bool]:

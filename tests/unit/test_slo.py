@@ -35,6 +35,7 @@ from sim.cli import main
 from sim.model.scenario import scenario_from_dict
 from sim.output.slo_view import nines_note, nines_view
 from sim.output.store import fingerprint
+from sim.plan import compile_scenario
 from sim.rare import finalists as finalists_module
 from sim.study.tune import Evaluator, Score, SloPart, tune
 
@@ -230,7 +231,9 @@ def test_the_slo_is_not_part_of_a_sweeps_identity(contract_data: dict[str, Any])
     # it changes no number: adding one to a finished sweep re-reads it instead of re-running
     plain = scenario_from_dict(contract_data)
     with_slo = scenario_from_dict({**contract_data, "slo": {"target": 0.999}})
-    assert fingerprint(plain, None, None) == fingerprint(with_slo, None, None)
+    assert fingerprint(compile_scenario(plain), None, None) == fingerprint(
+        compile_scenario(with_slo), None, None
+    )
 
 
 # ---------------------------------------------------------------- the commands
@@ -345,14 +348,16 @@ def test_tune_honours_the_target_where_the_cheapest_candidate_misses_it(
 
     monkeypatch.setattr(Evaluator, "score", record)
     n = 160
-    result = tune(scenario, requests=n, slo=(0.9, "valid_hit_rate"))
+    result = tune(compile_scenario(scenario), requests=n, slo=(0.9, "valid_hit_rate"))
     full = [s for s in scored if s.n == n]
     meeting = [s for s in full if s.slo is not None and s.slo.meets]
     assert result.score.slo is not None
     assert result.score.slo.meets
     assert result.score.cost == min(s.cost for s in meeting)
     assert any(s.cost < result.score.cost and not s.slo.meets for s in full if s.slo)
-    plain = tune(scenario, requests=n)  # no target: the highest valid hit rate, dearer here
+    plain = tune(
+        compile_scenario(scenario), requests=n
+    )  # no target: the highest valid hit rate, dearer here
     assert plain.score.cost > result.score.cost
 
 
@@ -437,7 +442,9 @@ def test_the_finalists_check_keeps_the_cheapest_that_nines_shows_meeting_the_tar
 
     monkeypatch.setattr(finalists_module, "estimate_nines", fake)
     finalists = _finalists([0.05, 0.07, 0.09], junk)
-    index, check = finalists_module.check_finalists(scenario, finalists, (0.9999, "valid_hit_rate"))
+    index, check = finalists_module.check_finalists(
+        compile_scenario(scenario), finalists, (0.9999, "valid_hit_rate")
+    )
     assert seen["policies"] == ["tuned_1", "tuned_2", "tuned_3"]  # estimated together
     assert index == kept
     assert [r.status for r in check.readings] == statuses
@@ -456,12 +463,14 @@ def test_tune_asks_the_check_only_where_plain_runs_cannot_resolve_the_target() -
         return len(finalists) - 1, None  # keep the last finalist
 
     # 40 requests cannot show 99% met (381 runs needed): the finalists go to the check
-    result = tune(scenario, requests=40, slo=(0.99, "valid_hit_rate"), check=check)
+    result = tune(
+        compile_scenario(scenario), requests=40, slo=(0.99, "valid_hit_rate"), check=check
+    )
     assert len(calls) == 1
     assert 2 <= len(calls[0]) <= 4
     assert result.score.cost == calls[0][-1]  # the kept finalist is the one written
     # 40 requests can show 90% met (35 needed): plain runs decide, no check
-    tune(scenario, requests=40, slo=(0.9, "valid_hit_rate"), check=check)
+    tune(compile_scenario(scenario), requests=40, slo=(0.9, "valid_hit_rate"), check=check)
     assert len(calls) == 1
 
 
@@ -491,11 +500,15 @@ def test_the_nines_note_appears_only_where_valid_hits_can_fall_below_hits(
     contract_data: dict[str, Any],
 ) -> None:
     plain = scenario_from_dict({**contract_data, "slo": {"target": 0.999}})
-    assert nines_note(plain) is None  # nothing can deliver junk on time: hits are valid hits
+    assert (
+        nines_note(compile_scenario(plain)) is None
+    )  # nothing can deliver junk on time: hits are valid hits
     floor = scenario_from_dict({**contract_data, "slo": {"target": 0.999}, "quality_floor": 0.5})
-    assert "not invalid answers" in (nines_note(floor) or "")
+    assert "not invalid answers" in (nines_note(compile_scenario(floor)) or "")
     counted = {**contract_data, "slo": {"target": 0.999, "metric": "hit_rate"}}
-    assert nines_note(scenario_from_dict({**counted, "quality_floor": 0.5})) is None
+    assert (
+        nines_note(compile_scenario(scenario_from_dict({**counted, "quality_floor": 0.5}))) is None
+    )
 
 
 def test_cli_nines_prints_the_verdicts_of_the_scenarios_slo(tmp_path: Path) -> None:

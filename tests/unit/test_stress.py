@@ -13,6 +13,7 @@ import sim
 from sim.cli import main
 from sim.model.arrivals import arrival_times
 from sim.model.streams import Streams
+from sim.plan import compile_scenario
 from sim.study.stress import burst_scenario, margins
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,8 +23,8 @@ STORM = REPO / "scenarios" / "retry-storm.yaml"
 def test_bursts_share_their_calm_arrivals() -> None:
     """Two burst sizes: the same arrivals up to the burst (common random numbers), more in it."""
     scenario = sim.load_scenario(STORM)
-    small, n_small, burst = burst_scenario(scenario, 1.5, 60, 120, 200)
-    big, n_big, _ = burst_scenario(scenario, 4.0, 60, 120, 200)
+    small, n_small, burst = burst_scenario(compile_scenario(scenario), 1.5, 60, 120, 200)
+    big, n_big, _ = burst_scenario(compile_scenario(scenario), 4.0, 60, 120, 200)
     assert burst == (120, 180)
     assert n_big > n_small
     rng = Streams(1, "main")

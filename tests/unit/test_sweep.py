@@ -15,6 +15,7 @@ import sim
 from sim.cli import main
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict, with_overrides
+from sim.plan import compile_scenario
 from sim.study.sweep import expand, replication_seed, run_sweep
 
 
@@ -28,7 +29,7 @@ def test_expand_is_the_grid_product_times_replications(contract_data: dict[str, 
     scenario = swept(
         contract_data, {"arrivals.rate_per_s": [0.2, 0.4], "deadline_s": [60, 90, 120]}, 2
     )
-    points = expand(scenario)
+    points = expand(compile_scenario(scenario))
     assert len(points) == 2 * 3 * 2
     assert {(p.overrides["arrivals.rate_per_s"], p.overrides["deadline_s"]) for p in points} == {
         (r, d) for r in (0.2, 0.4) for d in (60, 90, 120)
@@ -53,7 +54,7 @@ def test_bad_grid_keys_and_values_are_named(
 ) -> None:
     scenario = swept(contract_data, grid, 1)
     with pytest.raises(ScenarioError) as info:
-        expand(scenario)
+        expand(compile_scenario(scenario))
     key = next(iter(grid))
     paths = [path for path, _ in info.value.problems]
     assert paths == [f"sweep.grid.{key}"]
@@ -62,7 +63,7 @@ def test_bad_grid_keys_and_values_are_named(
 
 def test_a_sweep_point_equals_a_plain_run_of_it(contract_data: dict[str, Any]) -> None:
     scenario = swept(contract_data, {"deadline_s": [60, 90]}, 2)
-    result = run_sweep(scenario, requests=120, policies=["wait", "cut"])
+    result = run_sweep(compile_scenario(scenario), requests=120, policies=["wait", "cut"])
     assert list(result.summary.columns[:3]) == ["deadline_s", "replication", "seed"]
     assert len(result.summary) == 2 * 2 * 2
     point = result.summary[

@@ -16,6 +16,7 @@ import sim.study.policy_run
 from sim.cli import main
 from sim.model.errors import ScenarioError
 from sim.output.store import default_sweep_folder
+from sim.plan import compile_scenario
 from sim.study.sweep import with_engine
 
 #: Two points (deadlines), one replication, two policies, few requests: fast on any engine.
@@ -103,11 +104,12 @@ def test_the_engine_is_part_of_the_sweep_identity(tmp_path: Path, small_sweep: P
     assert again.exit_code == 0, again.output
     assert "2 of 2 points already finished" in again.stderr
     spec = sim.load_scenario(small_sweep)
-    assert default_sweep_folder(with_engine(spec, "des"), 40, None) != default_sweep_folder(
-        spec, 40, None
+    plan = compile_scenario(spec)
+    assert default_sweep_folder(with_engine(plan, "des"), 40, None) != default_sweep_folder(
+        plan, 40, None
     )
-    assert default_sweep_folder(with_engine(spec, "auto"), 40, None) == default_sweep_folder(
-        spec, 40, None
+    assert default_sweep_folder(with_engine(plan, "auto"), 40, None) == default_sweep_folder(
+        plan, 40, None
     )
 
 

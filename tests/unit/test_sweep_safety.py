@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from sim.cli import main
 from sim.model.scenario import load_scenario, with_overrides
 from sim.output.store import PARTS, SweepStore, fingerprint
+from sim.plan import compile_scenario
 from sim.study import executors
 from sim.study.sweep import expand, run_point
 
@@ -89,14 +90,20 @@ def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[Any] | None =
 def test_a_second_writer_is_refused_and_changes_nothing(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "sw"
     spec = load_scenario(tiny)
-    points = expand(spec)
+    points = expand(compile_scenario(spec))
     policies = ["wait", "cut"]
     # this test process is the first writer, holding the folder with one point stored and a
     # second point half-written (as if it were writing it right now)
     with SweepStore.open(
-        out, spec, points, requests=None, policies=policies, source=str(tiny), version="t"
+        out,
+        compile_scenario(spec),
+        points,
+        requests=None,
+        policies=policies,
+        source=str(tiny),
+        version="t",
     ) as store:
-        store.write_part(run_point(spec, points[0], store.keys, None, policies))
+        store.write_part(run_point(compile_scenario(spec), points[0], store.keys, None, policies))
         half = out / PARTS / f".{store.part_name(points[1])}-inflight"
         half.mkdir()
         (half / "summary.parquet").write_bytes(b"half-written")
@@ -115,7 +122,7 @@ def test_a_second_writer_is_refused_and_changes_nothing(tiny: Path, tmp_path: Pa
         assert other.stderr.startswith(f"error: {out}: holds a different sweep")
         assert snapshot(out) == before
         for point in store.pending():  # the first writer goes on and finishes
-            store.write_part(run_point(spec, point, store.keys, None, policies))
+            store.write_part(run_point(compile_scenario(spec), point, store.keys, None, policies))
         store.finish(figures=False)
     # the folder let go, the same sweep from the command line reuses every point (and clears
     # the staging folder its dead writer left) and agrees with a sweep run in one go
@@ -157,38 +164,42 @@ def test_a_part_is_named_by_everything_that_makes_its_numbers(
     tiny: Path, tmp_path: Path, write_yaml: Any, contract_data: dict[str, Any]
 ) -> None:
     spec = load_scenario(tiny)
-    base = fingerprint(spec, None, ["wait", "cut"])
+    base = fingerprint(compile_scenario(spec), None, ["wait", "cut"])
     # the same inputs spelled differently are the same sweep
-    assert fingerprint(spec, spec.requests, ["wait", "cut"]) == base
-    assert fingerprint(spec, None, ["wait", "cut"], engine=None) == base
+    assert fingerprint(compile_scenario(spec), spec.requests, ["wait", "cut"]) == base
+    assert fingerprint(compile_scenario(spec), None, ["wait", "cut"], engine=None) == base
     # anything that changes a point's numbers changes every part's name
     trace = tmp_path / "arrivals.csv"
     trace.write_text("TIMESTAMP\n0\n1.5\n2\n", encoding="utf-8")
     traced = write_yaml(
         {**contract_data, "arrivals": {"kind": "trace", "file": "arrivals.csv"}}, "traced.yaml"
     )
-    traced_before = fingerprint(load_scenario(traced), None, None)
+    traced_before = fingerprint(compile_scenario(load_scenario(traced)), None, None)
     trace.write_text("TIMESTAMP\n0\n0.5\n2\n", encoding="utf-8")  # the trace's content only
     others = {
-        "requests": fingerprint(spec, 41, ["wait", "cut"]),
-        "policies": fingerprint(spec, None, ["wait"]),
-        "policy order": fingerprint(spec, None, ["cut", "wait"]),
-        "engine": fingerprint(spec, None, ["wait", "cut"], engine="des"),
-        "seed": fingerprint(with_overrides(spec, {"seed": 8}), None, ["wait", "cut"]),
+        "requests": fingerprint(compile_scenario(spec), 41, ["wait", "cut"]),
+        "policies": fingerprint(compile_scenario(spec), None, ["wait"]),
+        "policy order": fingerprint(compile_scenario(spec), None, ["cut", "wait"]),
+        "engine": fingerprint(compile_scenario(spec), None, ["wait", "cut"], engine="des"),
+        "seed": fingerprint(
+            compile_scenario(with_overrides(spec, {"seed": 8})), None, ["wait", "cut"]
+        ),
         "content": fingerprint(
-            with_overrides(spec, {"providers.direct.serves.big.error_rate": 0.02}),
+            compile_scenario(
+                with_overrides(spec, {"providers.direct.serves.big.error_rate": 0.02})
+            ),
             None,
             ["wait", "cut"],
         ),
         "replications": fingerprint(
-            with_overrides(spec, {"sweep.replications": 3}), None, ["wait", "cut"]
+            compile_scenario(with_overrides(spec, {"sweep.replications": 3})), None, ["wait", "cut"]
         ),
         "trace file bytes": traced_before,
     }
-    assert fingerprint(load_scenario(traced), None, None) != traced_before
+    assert fingerprint(compile_scenario(load_scenario(traced)), None, None) != traced_before
     assert base not in others.values()
     assert len(set(others.values())) == len(others)
-    point = expand(spec)[0]
+    point = expand(compile_scenario(spec))[0]
     names = {what: point.key(print_) for what, print_ in others.items()}
     assert point.key(base) not in names.values()
     assert len(set(names.values())) == len(names)
@@ -205,8 +216,10 @@ def test_resuming_with_other_requests_reuses_no_part(tiny: Path, tmp_path: Path)
     assert snapshot(out) == before
     # and had the folder check been fooled, no part of the -n 40 sweep names a -n 60 point
     spec = load_scenario(tiny)
-    sixty = fingerprint(spec, 60, ["wait", "cut"])
-    assert not {p.key(sixty) for p in expand(spec)} & {p.name for p in stored(out)}
+    sixty = fingerprint(compile_scenario(spec), 60, ["wait", "cut"])
+    assert not {p.key(sixty) for p in expand(compile_scenario(spec))} & {
+        p.name for p in stored(out)
+    }
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import sim
 from sim.cli import main
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
+from sim.plan import compile_scenario
 from sim.study import executors
 from sim.study.sweep import expand, replication_seed
 
@@ -58,7 +59,7 @@ def test_zip_pairs_values_and_crosses_the_grid(contract_data: dict[str, Any]) ->
             "replications": 2,
         },
     }
-    points = expand(scenario_from_dict(data, source="z.yaml"))
+    points = expand(compile_scenario(scenario_from_dict(data, source="z.yaml")))
     assert len(points) == 2 * 3 * 2
     pairs = {
         (p.overrides["arrivals.rate_per_s"], p.overrides["providers.direct.concurrency"])

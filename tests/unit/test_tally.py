@@ -27,11 +27,11 @@ import sim.model.streams
 from sim.analysis.capacity import ALL, NONE, REQUESTS, default_records
 from sim.analysis.metrics import peak_window_sum
 from sim.engine.qualify import LimitWatch, limit_that_binds
-from sim.engine.simulation import serving_latencies
 from sim.engine.tally import PeakWindow, SettledRuns
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario, with_overrides
 from sim.model.streams import CallDrawBank, Streams, WindowedDrawBank
+from sim.plan import compile_scenario
 from tests.unit.helpers import build, serving
 from tests.unit.test_cli import assert_exit, cli
 
@@ -84,7 +84,7 @@ def test_a_limit_watch_sees_a_slot_count_reached_across_chunks() -> None:
     """Two one-slot calls overlap only across the boundary: the carried call must be kept,
     even one ending exactly when the next starts (a tie counts as overlap)."""
     scenario = _limits_scenario(1, None, None)
-    watch = LimitWatch(scenario)
+    watch = LimitWatch(scenario.providers)
     one = np.zeros(1, dtype=np.int32)
     assert watch.add(one, np.array([0.0]), np.array([10.0]), np.array([5]), horizon=10.0) is None
     found = watch.add(one, np.array([10.0]), np.array([12.0]), np.array([5]), horizon=math.inf)
@@ -131,8 +131,8 @@ def test_a_limit_watch_fed_in_chunks_agrees_with_one_check(
     end = start + np.array([c[2] for c in calls], dtype=float)
     tokens = np.array([c[3] for c in calls], dtype=np.int64)
     provider = np.zeros(len(calls), dtype=np.int32)
-    whole = limit_that_binds(scenario, provider, start, end, tokens)
-    watch, found = LimitWatch(scenario), None
+    whole = limit_that_binds(scenario.providers, provider, start, end, tokens)
+    watch, found = LimitWatch(scenario.providers), None
     bounds = sorted({c for c in cuts if c < len(calls)})
     for lo, hi in zip([0, *bounds], [*bounds, len(calls)], strict=True):
         horizon = float(arrivals[hi]) if hi < len(calls) else math.inf
@@ -149,7 +149,7 @@ def test_a_limit_watch_fed_in_chunks_agrees_with_one_check(
         }
         kind = next(k for k in only if f".{k} (" in found)
         alone = _limits_scenario(*only[kind])
-        assert limit_that_binds(alone, provider, start, end, tokens) is not None
+        assert limit_that_binds(alone.providers, provider, start, end, tokens) is not None
 
 
 def test_a_bank_in_chunks_draws_what_one_bank_draws() -> None:
@@ -257,8 +257,8 @@ def test_the_vectorized_engine_in_chunks_still_refuses_a_limit_that_binds() -> N
 
 def test_a_big_run_keeps_summaries_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     scenario = load_scenario(SCENARIOS / "default.yaml")
-    assert default_records(scenario, 1000, ["wait"]) == ALL
-    assert default_records(scenario, 1_000_000, list(scenario.policies)) == NONE
+    assert default_records(compile_scenario(scenario), 1000, ["wait"]) == ALL
+    assert default_records(compile_scenario(scenario), 1_000_000, list(scenario.policies)) == NONE
     monkeypatch.setattr(sim.analysis.capacity, "AUTO_ALL_BYTES", 1)
     assert sim.run(scenario, requests=200, policies=["wait"]).records == NONE
 
@@ -355,7 +355,7 @@ def test_a_windowed_bank_draws_what_one_bank_draws() -> None:
     """Random access over 20 blocks, only 3 kept at a time: evicted blocks are drawn again,
     identically (draws, uniform blocks, per-request columns, answer lengths)."""
     scenario = load_scenario(SCENARIOS / "default.yaml")
-    latencies = serving_latencies(scenario)
+    latencies = compile_scenario(scenario).latencies
     path = next(iter(latencies))
     streams = Streams(5, "main").child("calls")
     whole, windowed = CallDrawBank(streams, 20_000), WindowedDrawBank(streams, 20_000, 1000, 2)

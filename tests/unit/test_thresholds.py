@@ -16,9 +16,17 @@ from sim.cli import main
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
 from sim.model.thresholds import multiple_of, parse_threshold, percentile_of
-from sim.policy.deadlines import admission_needs_pilot, resolve_expected, rules_for
-from sim.study.pilot import resolve_specs, step_latencies
-from tests.unit.helpers import ScriptedBank, build, ok, scenario_dict, simulate, step
+from sim.plan import needs_pilot, resolve
+from tests.unit.helpers import (
+    ScriptedBank,
+    build,
+    ok,
+    pilot_samples,
+    plan_of,
+    scenario_dict,
+    simulate,
+    step,
+)
 
 # ----------------------------------------------------------------------------- K x pNN
 
@@ -83,7 +91,7 @@ def test_a_multiple_resolves_to_that_multiple_of_each_steps_percentile() -> None
         ("s1", "first-token"): rng.lognormal(-1.0, 0.3, 400),
         ("s2", "first-token"): rng.lognormal(-0.5, 0.3, 400),
     }
-    specs = resolve_specs(scenario, 0, latencies)
+    specs = {n: p.specs for n, p in resolve(plan_of(scenario), latencies).policies.items()}
     for s in ("s1", "s2"):
         assert specs["h"][s].after == pytest.approx(1.5 * np.percentile(latencies[s], 95))
         assert specs["c"][s].cutoff == pytest.approx(2 * np.median(latencies[s]))
@@ -138,7 +146,7 @@ def test_one_expected_time_refuses_the_short_step_a_mapping_admits_it() -> None:
     mapping = {"s1": 2.5, "s2": 0.6}
     spec = {"kind": "wait", "admission": {"expected": mapping}}
     per_step = build(steps, {"p": spec}, deadline_s=4.0)
-    assert rules_for(per_step, "p").expected == mapping
+    assert plan_of(per_step).policies["p"].rules.expected == mapping
     run = simulate(per_step, "p", bank).requests.iloc[0]
     assert run["ok"]
     assert run["refused_starts"] == 0
@@ -163,7 +171,7 @@ def test_a_mapping_resolves_each_step_from_its_entry_default_or_p50() -> None:
     )
     rng = np.random.default_rng(9)
     latencies = {s: rng.exponential(scale, 200) for s, scale in (("s1", 1), ("s2", 2), ("s3", 4))}
-    resolved = resolve_expected(scenario, latencies)
+    resolved = {n: p.expected for n, p in resolve(plan_of(scenario), latencies).policies.items()}
     p95_s2 = 1.5 * np.percentile(latencies["s2"], 95)
     assert resolved["listed"] == pytest.approx(
         {"s1": 2.0, "s2": p95_s2, "s3": np.median(latencies["s3"])}
@@ -171,13 +179,13 @@ def test_a_mapping_resolves_each_step_from_its_entry_default_or_p50() -> None:
     assert resolved["default"]["s3"] == pytest.approx(np.percentile(latencies["s3"], 90))
     assert resolved["seconds"] == {"s1": 1.0, "s2": 3.0, "s3": 3.0}
     assert resolved["off"] is None
-    assert admission_needs_pilot(scenario)
+    assert needs_pilot(plan_of(scenario))
     seconds_only = build(steps, {"p": scenario.policies["seconds"]})
-    assert not admission_needs_pilot(seconds_only)
-    assert rules_for(seconds_only, "p").expected == {"s1": 1.0, "s2": 3.0, "s3": 3.0}
+    assert not needs_pilot(plan_of(seconds_only))
+    assert plan_of(seconds_only).policies["p"].rules.expected == {"s1": 1.0, "s2": 3.0, "s3": 3.0}
     # a step left out of an all-seconds mapping (no default) falls back to p50: pilot needed
     partial = build(steps, {"p": {"kind": "wait", "admission": {"expected": {"s1": 1.0}}}})
-    assert admission_needs_pilot(partial)
+    assert needs_pilot(plan_of(partial))
 
 
 @pytest.mark.parametrize(
@@ -210,8 +218,8 @@ def test_a_mapping_covers_tool_steps_from_their_pilot_actions() -> None:
     }
     admission = {"expected": {"s1": 2.5, "default": "p95"}}
     scenario = build([step("s1"), tool], {"p": {"kind": "wait", "admission": admission}})
-    latencies = step_latencies(scenario, scenario.seed)
-    resolved = resolve_expected(scenario, latencies)["p"]
+    latencies = pilot_samples(scenario)
+    resolved = resolve(plan_of(scenario), latencies).policies["p"].expected
     assert resolved is not None
     assert resolved["s1"] == 2.5
     assert resolved["act"] == pytest.approx(np.percentile(latencies["act"], 95))

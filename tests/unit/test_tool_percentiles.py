@@ -27,7 +27,8 @@ from sim.cli import main
 from sim.model.config import PolicySpec, Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
-from sim.study.pilot import step_latencies
+from sim.plan import compile_scenario
+from sim.study.pilot import measure
 from sim.study.tune import TUNED, run_tune
 
 REPO = Path(__file__).resolve().parents[2]
@@ -192,7 +193,7 @@ def test_thresholds_are_the_llm_steps_own_percentiles(
     thresholds = runs["auto"].thresholds
     for name in POLICIES:
         assert TOOL not in thresholds[name], name
-    pilot = step_latencies(rag, rag.seed)
+    pilot = measure(compile_scenario(rag))
 
     def pct(step: str, q: float) -> Any:
         return pytest.approx(float(np.percentile(pilot[step], q)), rel=1e-12)

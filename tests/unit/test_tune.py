@@ -12,7 +12,7 @@ from helpers import build, step
 import sim
 from sim.cli import main
 from sim.model.config import AdaptivePolicy
-from sim.policy.perstep import effective_specs
+from sim.plan import compile_scenario
 from sim.study.tune import TUNED, Evaluator, Knobs, policy_mapping, run_tune, search_seed, tune
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def test_the_search_seed_is_never_the_scenario_seed() -> None:
 
 def test_candidates_are_compared_on_common_random_numbers() -> None:
     scenario = sim.load_scenario(FLOOR)
-    ev = Evaluator(scenario, seed=1, requests=60, max_cost=None, min_quality=0.0)
+    ev = Evaluator(compile_scenario(scenario), seed=1, requests=60, max_cost=None, min_quality=0.0)
     knobs = Knobs((95.0,) * 4, ("mid",) * 4, None, None, None, False, 3)
     assert ev.score(knobs, 60) == ev.score(knobs, 60)  # same draws, same score
     assert ev.evaluations == 2
@@ -43,7 +43,7 @@ def test_policy_mapping_round_trips_through_per_step_entries() -> None:
         [step("a"), step("b", "a"), step("c", "b")],
         {"wait": {"kind": "wait"}, TUNED: mapping},
     )
-    for name, spec in effective_specs(scenario)[TUNED].items():
+    for name, spec in compile_scenario(scenario).policies[TUNED].written.items():
         assert spec == AdaptivePolicy.model_validate(specs[name])
 
 
@@ -51,7 +51,7 @@ def test_tune_never_falls_down_below_the_quality_floor(tmp_path: Path) -> None:
     out = tmp_path / "tuned.yaml"
     outcome = run_tune(FLOOR, out, requests=120)
     tuned = sim.load_scenario(out)  # `tailsim run FILE` loads it unchanged
-    specs = effective_specs(tuned)[TUNED]
+    specs = compile_scenario(tuned).policies[TUNED].written
     assert all(spec.fall_down != "small" for spec in specs.values())
     summary = outcome.comparison.set_index("policy")
     assert set(summary.index) == {"cut", "downshift", "downshift_mid", TUNED}
@@ -63,7 +63,7 @@ def test_tune_never_falls_down_below_the_quality_floor(tmp_path: Path) -> None:
 
 def test_a_cost_cap_is_respected_when_it_can_be(tmp_path: Path) -> None:
     scenario = sim.load_scenario(FLOOR)
-    result = tune(scenario, requests=60, max_cost=0.074)
+    result = tune(compile_scenario(scenario), requests=60, max_cost=0.074)
     assert result.score.feasible
     assert result.score.cost <= 0.074
 
@@ -95,7 +95,7 @@ def test_cli_tune_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", [5])
 def test_tune_is_deterministic(seed: int) -> None:
     scenario = sim.load_scenario(FLOOR)
-    first = tune(scenario, requests=20, seed=seed)
-    again = tune(scenario, requests=20, seed=seed)
+    first = tune(compile_scenario(scenario), requests=20, seed=seed)
+    again = tune(compile_scenario(scenario), requests=20, seed=seed)
     assert first.policy == again.policy
     assert np.isclose(first.score.cost, again.score.cost)

@@ -19,14 +19,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from helpers import build, scenario_dict, serving, step
+from helpers import build, resolved_plan, scenario_dict, serving, step
 
 import sim
 from sim.analysis.metrics import calls_frame, requests_frame
 from sim.cli import main
 from sim.engine import qualify
-from sim.engine.choice import vectorized_tables
+from sim.engine.choice import single_policy, vectorized_tables
 from sim.engine.simulation import Simulation
+from sim.engine.vector_calls import UnsupportedError
 from sim.engine.vector_tables import tables
 from sim.engine.vectorized import VectorizedSimulation, simulate
 from sim.model.arrivals import arrival_times
@@ -35,10 +36,9 @@ from sim.model.errors import ScenarioError
 from sim.model.ratelimit import Quota
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Workflow
+from sim.plan import PolicyPlan, compile_scenario, features
 from sim.policy.build import build_policy
 from sim.policy.kinds import Sequential
-from sim.study.pilot import resolve_thresholds
 
 RTOL = 1e-12
 EXACT_REQUEST_COLUMNS = [
@@ -61,9 +61,8 @@ def both_engines(
     seed: int = 0,
 ) -> tuple[tuple[pd.DataFrame, pd.DataFrame], tuple[pd.DataFrame, pd.DataFrame]]:
     """((requests, calls) of the event engine, (requests, calls) of the vectorized one)."""
-    steps = Workflow.from_scenario(scenario).steps
-    thresholds = resolve_thresholds(scenario, seed)[policy]
-    runtime = build_policy(policy, scenario.policies[policy], scenario, steps, thresholds)
+    plan = resolved_plan(scenario, seed)
+    runtime = single_policy(plan.runtime(policy))  # per-step seconds as one policy
     streams = Streams(seed, "main")
     times = (
         arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
@@ -71,9 +70,9 @@ def both_engines(
         else np.asarray(arrivals, dtype=float)
     )
     bank = CallDrawBank(streams.child("calls"), len(times))
-    records = Simulation(scenario, runtime, bank, streams).run(times)
-    runs, calls = simulate(scenario, runtime, bank, times)
-    fast = tables(scenario, policy, runs, calls)
+    records = Simulation(plan, runtime, bank, streams).run(times)
+    runs, calls = simulate(plan, runtime, bank, times)
+    fast = tables(plan, policy, runs, calls)
     return (requests_frame(records), calls_frame(records)), (fast.requests, fast.calls)
 
 
@@ -322,15 +321,23 @@ def test_a_timeout_at_the_give_up_instant_is_cut_unserved() -> None:
 
 
 def policy_of(scenario: Scenario, name: str) -> Any:
-    steps = Workflow.from_scenario(scenario).steps
-    return build_policy(name, scenario.policies[name], scenario, steps, {s.id: 1.0 for s in steps})
+    plan = compile_scenario(scenario)
+    steps = plan.workflow.steps
+    return build_policy(
+        name, scenario.policies[name], plan.routes, steps, {s.id: 1.0 for s in steps}
+    )
+
+
+def features_of(scenario: Scenario, name: str) -> PolicyPlan:
+    """The compiled policy `name` (its features are what `qualify` checks)."""
+    return compile_scenario(scenario).policies[name]
 
 
 def test_the_default_scenario_runs_vectorized_under_auto() -> None:
     scenario = sim.load_scenario()
     assert scenario.engine == "auto"
     for name in scenario.policies:
-        assert qualify.qualifies(scenario, policy_of(scenario, name)) == (True, "")
+        assert qualify.qualifies(features_of(scenario, name)) == (True, "")
     result = sim.run(scenario, requests=200)
     assert set(result.engines.values()) == {"vectorized"}
 
@@ -339,39 +346,47 @@ def test_customer_resends_do_not_qualify() -> None:
     scenario = exact(
         {"wait": {"kind": "wait"}}, customers={"retry": {"probability": 0.5, "max": 1}}
     )
-    usable, reason = qualify.qualifies(scenario, policy_of(scenario, "wait"))
+    usable, reason = qualify.qualifies(features_of(scenario, "wait"))
     assert not usable
     assert "customers.retry" in reason
     quiet = exact({"wait": {"kind": "wait"}}, customers={"retry": {"probability": 0.5, "max": 0}})
-    assert qualify.qualifies(quiet, policy_of(quiet, "wait"))[0]
+    assert qualify.qualifies(features_of(quiet, "wait"))[0]
 
 
-def test_an_unknown_field_set_falls_back_and_at_its_default_does_not(
+def test_an_unclassified_field_set_falls_back_and_at_its_default_does_not(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A field the engine does not know (here: pretend `timeout_s` is new) must be at its
-    default for the run to qualify."""
-    known = dict(qualify.KNOWN_FIELDS)
+    """A field no engine was told about (here: pretend `timeout_s` is new, missing from the
+    compiler's table) must be at its default for the run to qualify."""
+    table = dict(features.FIELD_FEATURES)
     wait_type = type(exact({"w": {"kind": "wait"}}).policies["w"])
-    known[wait_type] = known[wait_type] - {"timeout_s"}
-    monkeypatch.setattr(qualify, "KNOWN_FIELDS", known)
+    del table[(wait_type, "timeout_s")]
+    monkeypatch.setattr(features, "FIELD_FEATURES", table)
     plain = exact({"w": {"kind": "wait"}})
-    assert qualify.qualifies(plain, policy_of(plain, "w")) == (True, "")
+    assert qualify.qualifies(features_of(plain, "w")) == (True, "")
     timed = exact({"w": {"kind": "wait", "timeout_s": 3.0}})
-    assert qualify.qualifies(timed, policy_of(timed, "w")) == (False, "policies.w.timeout_s is set")
+    assert qualify.qualifies(features_of(timed, "w")) == (False, "policies.w.timeout_s is set")
 
 
-def test_an_unknown_policy_class_does_not_qualify() -> None:
+def test_a_feature_the_engine_lists_qualifies_and_one_it_lacks_does_not() -> None:
+    """The choice is the policy's features against the engine's list: a feature is refused
+    until the engine names it."""
+    scenario = exact({"wait": {"kind": "wait", "backoff": {"base_s": 1.0}}})
+    policy = features_of(scenario, "wait")
+    assert [f.name for f in policy.features] == ["policy.backoff"]
+    assert qualify.qualifies(policy) == (False, "policies.wait.backoff is set")
+    assert qualify.qualifies(policy, frozenset({"policy.backoff"})) == (True, "")
+
+
+def test_an_unknown_policy_class_does_not_run_vectorized() -> None:
     class Validated(Sequential):
         pass
 
     scenario = exact({"wait": {"kind": "wait"}})
     base = policy_of(scenario, "wait")
-    usable, reason = qualify.qualifies(scenario, Validated(base.name, base.plans))
-    assert not usable
-    assert "Validated" in reason
-    base.validator = "schema"  # type: ignore[attr-defined]
-    assert not qualify.qualifies(scenario, base)[0]
+    bank = CallDrawBank(Streams(0, "x"), 1)
+    with pytest.raises(UnsupportedError, match="Validated"):
+        VectorizedSimulation(compile_scenario(scenario), Validated(base.name, base.plans), bank)
 
 
 # ---------------------------------------------------------------- limits replayed on the calls
@@ -445,7 +460,9 @@ def test_unknown_engine_is_an_error() -> None:
     scenario = exact({"wait": {"kind": "wait"}})
     bank = CallDrawBank(Streams(0, "x"), 1)
     with pytest.raises(ScenarioError, match="engine"):
-        vectorized_tables(scenario, policy_of(scenario, "wait"), bank, np.zeros(1), "turbo")
+        vectorized_tables(
+            compile_scenario(scenario), policy_of(scenario, "wait"), bank, np.zeros(1), "turbo"
+        )
 
 
 def test_engine_key_in_the_scenario() -> None:
@@ -488,12 +505,11 @@ def test_a_call_slot_few_requests_need_draws_only_their_rows_of_the_bank_block()
     """Few rows jump the slot's stream to each row: exactly the bank's uniforms for them (the
     first rows, inner ones, the last); many rows take the bank's block itself."""
     scenario = tail_scenario()
-    steps = Workflow.from_scenario(scenario).steps
-    thresholds = resolve_thresholds(scenario, 0)["wait"]
-    runtime = build_policy("wait", scenario.policies["wait"], scenario, steps, thresholds)
+    plan = resolved_plan(scenario, 0)
+    runtime = single_policy(plan.runtime("wait"))
     n = 5000
     bank = CallDrawBank(Streams(3, "main").child("calls"), n)
-    engine = VectorizedSimulation(scenario, runtime, bank)
+    engine = VectorizedSimulation(plan, runtime, bank)
     for rows in ([0, 1, 2, 17, 4000, n - 1], [1], [3, 4], [n - 1]):
         few = engine._uniforms("s2", 1, np.asarray(rows))
         np.testing.assert_array_equal(few, bank.uniforms("s2", 1, 0)[rows])
@@ -517,14 +533,7 @@ def test_engines_agree_on_truncated_lognormals(policy: str) -> None:
         deadline_s=10.0,
         arrivals={"kind": "poisson", "rate_per_s": 2.0},
     )
-    runtime = build_policy(
-        policy,
-        scenario.policies[policy],
-        scenario,
-        Workflow.from_scenario(scenario).steps,
-        resolve_thresholds(scenario, 0)[policy],
-    )
-    assert qualify.qualifies(scenario, runtime)[0]
+    assert qualify.qualifies(features_of(scenario, policy))[0]
     calls = assert_same(scenario, policy)
     first = calls[(calls["provider"] == "p1") & (calls["model"] == "big")]
     assert len(first) > 50

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from helpers import ScriptedBank, build, ok, serving, simulate, step, timeline
 
-from sim.model.workflow import Workflow
+from sim.plan import compile_scenario
 
 DIAMOND = [step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")]
 
 
 def test_diamond_structure() -> None:
-    wf = Workflow.from_scenario(build(DIAMOND))
+    wf = compile_scenario(build(DIAMOND)).workflow
     ids = [s.id for s in wf.steps]
     assert ids == ["a", "b", "c", "d"]
     assert [s.index for s in wf.steps] == [0, 1, 2, 3]
@@ -25,7 +25,7 @@ def test_diamond_structure() -> None:
 
 def test_several_roots_and_a_long_chain() -> None:
     steps = [step("x"), step("y"), step("z", "x"), step("w", "z"), step("v", "w", "y")]
-    wf = Workflow.from_scenario(build(steps))
+    wf = compile_scenario(build(steps)).workflow
     assert [s.id for s in wf.roots] == ["x", "y"]
     assert wf.downstream(0) == {2, 3, 4}  # x -> z -> w -> v
     assert wf.downstream(1) == {4}
@@ -41,7 +41,7 @@ def test_step_fields_compiled_from_spec() -> None:
         step("b", "a", model="small", required=False),
         step("c", "a", provider="p2"),
     ]
-    wf = Workflow.from_scenario(build(steps, providers=providers))
+    wf = compile_scenario(build(steps, providers=providers)).workflow
     a, b, c = wf.steps
     assert (a.model, a.provider, a.input_tokens, a.output_tokens, a.required) == (
         "big",

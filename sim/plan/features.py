@@ -1,0 +1,230 @@
+"""What a policy run uses, named: the features the engine choice checks against each engine.
+
+The compiler walks the scenario (but its policies, sweep and SLO) and the policy as written,
+and every format field set away from its default names a feature (`FIELD_FEATURES`) or is
+neutral (its value is walked in turn); an instance of a class in `CLASS_FEATURES` is a feature
+wherever it appears. Then the policy itself: its kind's runtime, customer re-sends, and its
+serving paths' laws. An engine lists the features it implements (`sim.engine.choice`); a
+policy whose features it lacks runs on the event engine, which implements them all, and the
+first missing one is the reason the `engine:` line gives.
+
+Every field of the format is classified here: `tests/plan/test_features.py` fails on a field
+that is in neither table, so a new key cannot slip past an engine that does not know it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from sim.model.config import (
+    ArrivalsSpec,
+    BillingSpec,
+    CustomerRetrySpec,
+    CustomersSpec,
+    CutPolicy,
+    DistSpec,
+    DownshiftPolicy,
+    HardnessSpec,
+    HedgePolicy,
+    LengthSpec,
+    ModelSpec,
+    PilotSpec,
+    PolicyBase,
+    PriceSpec,
+    ProviderSpec,
+    RacePolicy,
+    Scenario,
+    ServingSpec,
+    StallSpec,
+    StepSpec,
+    WaitPolicy,
+    WhenHardSpec,
+    WorkflowSpec,
+)
+from sim.model.latency import CallLatency, Constant, Empirical, Exponential, LogNormal
+from sim.plan.plan import Feature
+
+#: A field whose value is walked for features of its own (or that changes nothing an engine
+#: does, when it holds no spec).
+NEUTRAL = ""
+
+
+def _neutral(cls: type[BaseModel], *fields: str) -> dict[tuple[type[BaseModel], str], str]:
+    """`fields` of `cls` as NEUTRAL entries."""
+    return dict.fromkeys(((cls, f) for f in fields), NEUTRAL)
+
+
+#: Per (format class, field): the feature a value away from the default names, or NEUTRAL.
+FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
+    **_neutral(Scenario, "name", "description", "seed", "deadline_s", "requests", "arrivals",
+               "customers", "models", "providers", "workflow", "pilot", "billing", "engine",
+               "hardness"),
+    (Scenario, "first_signal_s"): "first_signal",
+    (Scenario, "warmup_s"): "warmup",
+    (Scenario, "difficulty"): "difficulty",
+    (Scenario, "quality_floor"): "quality_floor",
+    (Scenario, "timeseries_bin_s"): "timeseries_bin",
+    **_neutral(ArrivalsSpec, "kind", "rate_per_s", "peak_to_mean", "burst_s", "file", "column",
+               "time_scale"),
+    (ArrivalsSpec, "segments"): "arrivals.segments",
+    (CustomersSpec, "retry"): NEUTRAL,
+    (CustomersSpec, "disconnect"): "customers.disconnect",
+    **_neutral(CustomerRetrySpec, "probability", "max", "delay_s"),
+    (CustomerRetrySpec, "backoff"): "customers.backoff",
+    **_neutral(ModelSpec, "price_per_mtok", "quality", "when_hard"),
+    **_neutral(HardnessSpec, "share"),
+    **_neutral(WhenHardSpec, "invalid_rate", "length"),
+    **_neutral(PriceSpec, "input", "output"),
+    **_neutral(ProviderSpec, "concurrency", "tpm", "rpm", "serves"),
+    (ProviderSpec, "input_tpm"): "quota.input_tpm",
+    (ProviderSpec, "output_tpm"): "quota.output_tpm",
+    (ProviderSpec, "charge"): "quota.charge",
+    (ProviderSpec, "window"): "quota.window",
+    (ProviderSpec, "start"): "quota.start",
+    (ProviderSpec, "retry_after"): "quota.retry_after",
+    (ProviderSpec, "retry_after_ms"): "quota.retry_after_ms",
+    (ProviderSpec, "sdk"): "client.sdk",
+    (ProviderSpec, "overhead_s"): "client.overhead",
+    (ProviderSpec, "overhead_held"): "client.overhead",
+    (ProviderSpec, "slowdown"): "load.slowdown",
+    (ProviderSpec, "episodes"): "load.episodes",
+    **_neutral(ServingSpec, "ttft_s", "tokens_per_s", "stall", "error_rate", "invalid_rate"),
+    (ServingSpec, "tpm"): "quota.model",
+    (ServingSpec, "rpm"): "quota.model",
+    (ServingSpec, "input_tpm"): "quota.model",
+    (ServingSpec, "output_tpm"): "quota.model",
+    (ServingSpec, "ttft_s_per_ktok"): "prefill",
+    **_neutral(StallSpec, "probability", "extra_s"),
+    **_neutral(DistSpec, "dist", "median", "p99", "mu", "sigma", "mean", "value", "file",
+               "column", "max"),
+    (WorkflowSpec, "steps"): NEUTRAL,
+    (WorkflowSpec, "reserve_s"): "deadline.reserve",
+    **_neutral(StepSpec, "id", "model", "input_tokens", "output_tokens", "after", "required",
+               "provider"),
+    (StepSpec, "kind"): "step.tool",
+    (StepSpec, "tool"): "step.tool",
+    (StepSpec, "max_tokens"): "step.max_tokens",
+    (StepSpec, "validator"): "step.validator",
+    (StepSpec, "budget_s"): "budget.step",
+    (StepSpec, "queue_budget_s"): "budget.queue",
+    (StepSpec, "attempt_budget_s"): "budget.attempt",
+    (PilotSpec, "requests"): NEUTRAL,
+    (BillingSpec, "cancelled"): NEUTRAL,
+    # the policy as written: what every kind shares, then each vectorizable kind's own fields
+    (PolicyBase, "steps"): "policy.per_step",
+    (PolicyBase, "controls"): "policy.controls",
+    (PolicyBase, "propagate_deadline"): "deadline.no_propagation",
+    (PolicyBase, "admission"): "deadline.admission",
+    **_neutral(WaitPolicy, "kind", "timeout_s", "retries", "providers"),
+    (WaitPolicy, "backoff"): "policy.backoff",
+    **_neutral(CutPolicy, "kind", "cutoff", "retries", "providers"),
+    (CutPolicy, "backoff"): "policy.backoff",
+    **_neutral(RacePolicy, "kind", "attempts", "providers", "retries", "timeout_s"),
+    (RacePolicy, "backoff"): "policy.backoff",
+    **_neutral(HedgePolicy, "kind", "after", "providers", "hedges"),
+    **_neutral(DownshiftPolicy, "kind", "cutoff", "to", "retries", "providers"),
+    (DownshiftPolicy, "backoff"): "policy.backoff",
+}  # fmt: skip
+#: Format classes that are a feature wherever an instance appears (every other policy kind's
+#: spec names its kind: `kind.<name>`, see `policy_features`).
+CLASS_FEATURES: dict[type[BaseModel], str] = {LengthSpec: "step.length_law"}
+#: Policy spec classes whose own fields are walked (the kinds the tables above classify).
+WALKED_KINDS = (WaitPolicy, CutPolicy, RacePolicy, HedgePolicy, DownshiftPolicy)
+#: Scenario fields not walked: the policies (only the one being run matters), sweep and SLO.
+NOT_WALKED = frozenset({"policies", "sweep", "slo"})
+#: Why a router runs on the event engine only (its feature's reason).
+ROUTER_REASON = (
+    "kind router shares state between requests (cooldowns, least-busy counts, latencies, "
+    "usage per minute): the event engine runs it"
+)
+#: The latency laws' distribution classes; any other is the feature `latency.<class>`.
+KNOWN_LAWS = (LogNormal, Exponential, Constant, Empirical)
+
+
+def scenario_features(scenario: Scenario) -> list[Feature]:
+    """The features the scenario's settings use whatever the policy (in field order)."""
+    found: list[Feature] = []
+    for name in type(scenario).model_fields:
+        if name not in NOT_WALKED:
+            _walk_field(scenario, name, name, found)
+    return found
+
+
+def behaviour_features(scenario: Scenario) -> list[Feature]:
+    """What the scenario's customers do that shares state between requests: re-sends."""
+    retry = scenario.customers.retry
+    if retry.max > 0 and retry.probability > 0:
+        return [Feature("customers.resend", "customers re-send failed requests (customers.retry)")]
+    return []
+
+
+def spec_features(spec: BaseModel, path: str) -> list[Feature]:
+    """The features of a policy spec as written (under key path `path`)."""
+    found: list[Feature] = []
+    if not isinstance(spec, WALKED_KINDS):
+        kind = getattr(spec, "kind", type(spec).__name__)
+        reason = (
+            ROUTER_REASON
+            if kind == "router"
+            else f"{path} is a {type(spec).__name__}, unknown to it"
+        )
+        found.append(Feature(f"kind.{kind}", reason))
+    for name in type(spec).model_fields:
+        if isinstance(spec, WALKED_KINDS) or (PolicyBase, name) in FIELD_FEATURES:
+            _walk_field(spec, name, f"{path}.{name}", found)
+    return found
+
+
+def latency_features(latencies: dict[tuple[str, str], CallLatency]) -> list[Feature]:
+    """Laws of a class no engine but the event engine may know."""
+    found = []
+    for (provider, model), law in latencies.items():
+        for dist in (law.ttft, law.tokens_per_s, law.stall_extra):
+            if dist is not None and not isinstance(dist, KNOWN_LAWS):
+                name = type(dist).__name__
+                found.append(
+                    Feature(f"latency.{name}", f"{provider}/{model} uses distribution {name}")
+                )
+    return found
+
+
+def _walk_field(obj: BaseModel, name: str, where: str, found: list[Feature]) -> None:
+    info = type(obj).model_fields[name]
+    value = getattr(obj, name)
+    feature = _feature_of(type(obj), name)
+    if feature is None:  # a field nobody classified: unknown to every engine but the event one
+        if value != info.get_default(call_default_factory=True):
+            found.append(Feature(f"unclassified.{type(obj).__name__}.{name}", where))
+        return
+    if feature != NEUTRAL:
+        if value != info.get_default(call_default_factory=True):
+            found.append(Feature(feature, where))
+        return
+    _walk(value, where, found)
+
+
+def _feature_of(cls: type[BaseModel], name: str) -> str | None:
+    """The field's entry, looked up on its class and then its bases (PolicyBase's keys)."""
+    for base in cls.__mro__:
+        entry = FIELD_FEATURES.get((base, name))  # type: ignore[arg-type]
+        if entry is not None:
+            return entry
+    return None
+
+
+def _walk(value: Any, where: str, found: list[Feature]) -> None:
+    if isinstance(value, BaseModel):
+        feature = CLASS_FEATURES.get(type(value))
+        if feature is not None:
+            found.append(Feature(feature, f"{where} is a {type(value).__name__}, unknown to it"))
+            return
+        for name in type(value).model_fields:
+            _walk_field(value, name, f"{where}.{name}", found)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk(item, f"{where}.{key}", found)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _walk(item, f"{where}[{i}]", found)
