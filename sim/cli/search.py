@@ -91,7 +91,7 @@ def tune_command(
             check=partial(check_finalists, budget_s=nines_budget_s) if nines_budget_s else None,
         )
     if not quiet:
-        out.print(tune_table(outcome.comparison, outcome.note))
+        out.print(tune_table(outcome.comparison, outcome.note, outcome.slo))
         if outcome.result.check is not None:
             for line in check_lines(outcome.result.check):
                 out.print(line, markup=False)
@@ -132,16 +132,18 @@ def _tune_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | No
         yield tick
 
 
-def tune_table(summary: pd.DataFrame, note: str) -> Table:
-    """The tuned policy beside every hand-written one, on the scenario's own seed."""
+def tune_table(summary: pd.DataFrame, note: str, slo: tuple[float, str] | None = None) -> Table:
+    """The tuned policy beside every hand-written one, on the scenario's own seed (a share never
+    printed across the SLO's target: the SLO table below reads the same figures)."""
+    bounds = (slo[0],) if slo else ()
     table = Table(title=note, title_justify="left")
     for header in ("policy", "valid hit rate", "hit rate", "$/request", "quality"):
         table.add_column(header, justify="left" if header == "policy" else "right")
     for row in summary.to_dict("records"):
         table.add_row(
             str(row["policy"]),
-            percent(row["valid_hit_rate"], 2),
-            percent(row["hit_rate"], 2),
+            percent(row["valid_hit_rate"], 2, bounds),
+            percent(row["hit_rate"], 2, bounds),
             num(row["cost_per_request_usd"], 4),
             num(row["quality_mean"], 3),
         )
