@@ -198,9 +198,10 @@ def _table(table) -> Table:  # type: ignore[no-untyped-def]
         "stall p x median",
         "errors",
         "junk",
+        "extras",
     ):
         shown.add_column(
-            header, justify="left" if header in ("provider", "model", "from") else "right"
+            header, justify="left" if header in ("provider", "model", "from", "extras") else "right"
         )
     for row in table.to_dict("records"):
         shown.add_row(
