@@ -29,6 +29,15 @@ def _usd(value: float) -> str:
     return "n/a (no success)" if pd.isna(value) else f"${value:.4f}"
 
 
+def shows_valid_hits(summary: pd.DataFrame) -> bool:
+    """Whether a comparison table shows the valid hit rate beside the hit rate: where answers can
+    be wrong (a validator, a quality floor) an on-time run is not yet a good one, so junk
+    delivered fast never flatters; where the two are equal everywhere the column says nothing."""
+    if "valid_hit_rate" not in summary:
+        return False
+    return bool((summary["valid_hit_rate"] - summary["hit_rate"]).abs().max() > 0)
+
+
 def overlaps(a: pd.Series, b: pd.Series) -> bool:
     """Whether two rows' hit-rate intervals overlap (the difference is within noise)."""
     return bool(a["hit_rate_lo"] <= b["hit_rate_hi"] and b["hit_rate_lo"] <= a["hit_rate_hi"])
