@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sim.model.config import Scenario
 from sim.model.words import percent
 
 #: 429s per request above which the reading mentions them.
@@ -27,6 +28,24 @@ def _ci(row: pd.Series) -> str:
 
 def _usd(value: float) -> str:
     return "n/a (no success)" if pd.isna(value) else f"${value:.4f}"
+
+
+def price_note(scenario: Scenario) -> str | None:
+    """The line a run prints under its table when a model has no price (`price_per_mtok` not
+    set: a placeholder, as `tailsim import litellm` leaves a model whose list price it does not
+    know), so a $0.0000 is never read as free; None when every model is priced."""
+    unpriced = [
+        name
+        for name, model in scenario.models.items()
+        if "price_per_mtok" not in model.model_fields_set
+    ]
+    if not unpriced:
+        return None
+    names = ", ".join(unpriced)
+    return (
+        f"prices: PLACEHOLDER for {names} (no price_per_mtok set): their calls count $0 in "
+        f"$/request and $/success; set models.<name>.price_per_mtok before trusting the costs"
+    )
 
 
 def shows_valid_hits(summary: pd.DataFrame) -> bool:
