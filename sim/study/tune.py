@@ -42,6 +42,7 @@ from sim.model.words import plural
 from sim.model.workflow import Workflow
 from sim.policy.build import build_resolved
 from sim.study.pilot import TTFT_SAMPLE, _reserves, step_latencies
+from sim.study.tune_moves import median_call_s, stronger
 
 #: Name of the policy `tune` adds.
 TUNED = "tuned"
@@ -308,25 +309,6 @@ def _pattern_search(
             done = min(total, done)
     tell("done", total, total)
     return knobs, best
-
-
-def stronger(quality: dict[str, float], model: str, than: str | None) -> bool:
-    """Whether `model` is a fall-up from `than`: of higher quality."""
-    return than is not None and quality[model] > quality[than]
-
-
-def median_call_s(scenario: Scenario, model: str, step: Any) -> float:
-    """How long `step`'s call takes on `model`: its median first token (with prefill) plus the
-    step's answer at the median speed, on the fastest provider serving it (inf: none)."""
-    laws = serving_latencies(scenario)
-    times = [
-        law.ttft.median
-        + law.ttft_s_per_ktok * step.input_tokens / 1000
-        + step.output_tokens / law.tokens_per_s.median
-        for (_provider, name), law in laws.items()
-        if name == model
-    ]
-    return min(times, default=math.inf)
 
 
 class _Space:
