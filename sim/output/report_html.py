@@ -27,7 +27,8 @@ CAPTIONS = {
     "ecdf": "End-to-end latency per policy, log scale; runs that failed count at the deadline.",
     "pareto": "Cost per success against hit rate (95% CI bars); the circled points are the "
     "Pareto frontier, the ones no other point beats on both (joined by a dotted line when there "
-    "are several; in a sweep, labelled with their swept values).",
+    "are several). Each point is labelled with its policy, or in a sweep with its swept values "
+    "(a policy's points joined, faintly, in sweep order).",
     "dumbbells": "p50 to p99 of successful calls within each output-size bucket.",
     "strip": "One step, run by run, under each policy; red dots are the slow tail.",
     "storm": "Offered load, goodput and 429s over time.",

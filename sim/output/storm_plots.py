@@ -30,7 +30,8 @@ BURST_COLOUR = "#f4d03f"
 
 def storm_figure(series: pd.DataFrame, title: str = "") -> Figure:
     """One panel per policy (same axes): offered requests, re-sends, calls, goodput and 429s per
-    second over time; scheduled bursts shaded."""
+    second over time; scheduled bursts shaded (and in the legend only where there are some).
+    The shared y axis reaches the highest line of any panel, so no panel's peak is cut off."""
     policies = [str(p) for p in pd.unique(series["policy"])]
     fig, axes = plt.subplots(
         len(policies),
@@ -43,6 +44,7 @@ def storm_figure(series: pd.DataFrame, title: str = "") -> Figure:
     )
     t_all = np.unique(series["t_s"].to_numpy(float))
     width = float(t_all[1] - t_all[0]) if len(t_all) > 1 else 1.0
+    peak, shaded = 0.0, False
     for ax, policy in zip(axes[:, 0], policies, strict=True):
         part = series[series["policy"].astype(str) == policy].sort_values("t_s")
         t = part["t_s"].to_numpy(float) + width / 2
@@ -50,15 +52,21 @@ def storm_figure(series: pd.DataFrame, title: str = "") -> Figure:
         columns["demand"] = (part["offered"] + part["resent"]).to_numpy(float) / width
         for start, end in _runs(part["t_s"].to_numpy(float), part["burst"].to_numpy(bool), width):
             ax.axvspan(start, end, color=BURST_COLOUR, alpha=0.35, linewidth=0)
+            shaded = True
         for column, _label, colour, style in _LINES:
             ax.plot(t, columns[column], color=colour, linestyle=style, linewidth=1.5)
+            finite = columns[column][np.isfinite(columns[column])]
+            peak = max(peak, float(finite.max()) if len(finite) else 0.0)
         ax.set_title(policy, loc="left", fontsize=11, fontweight="bold")
         ax.set_ylabel("per second")
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
+    # once, after every panel: set per panel, the first panel's top froze the shared axis and
+    # cut the taller peaks of the panels below it
+    axes[0, 0].set_ylim(0, 1.05 * peak if peak > 0 else 1.0)
     axes[-1, 0].set_xlabel(f"simulated time (s), bins of {width:g} s")
     handles = [Line2D([], [], color=c, linestyle=s, label=label) for _, label, c, s in _LINES]
-    handles.append(Patch(color=BURST_COLOUR, alpha=0.35, label="burst"))
+    if shaded:  # a burst entry that shades nothing (bursty or trace arrivals) would mislead
+        handles.append(Patch(color=BURST_COLOUR, alpha=0.35, label="scheduled burst"))
     fig.legend(handles=handles, loc="outside lower center", ncols=6, frameon=False, fontsize=9)
     fig.suptitle(title or "Storm: offered load, goodput and 429s over time")
     return fig
