@@ -5,8 +5,12 @@ and returns the scenario as plain data: one model per model group, one provider 
 (its `rpm`/`tpm` as the provider's quota, placeholder latency the user edits, the client's own
 retries off as behind LiteLLM's Router), a policy `litellm` of kind `router` with the router's
 settings, and a one-step placeholder workflow. Every key it does not model is returned in a
-list (path and why), never dropped silently; a value it cannot read is a `ScenarioError`
-naming the file and key path. Precedence as LiteLLM's: `router_settings` over `litellm_settings`.
+list (path and why), never dropped silently; a value it cannot read, or a likely typo of a key
+it reads (`litellm_params.tmp`: did you mean `tpm`?, `sim.adapters.litellm_keys`), is a
+`ScenarioError` naming the file and key path. Each model group's price is its deployments'
+(custom pricing, else LiteLLM's list price: `sim.adapters.litellm_prices`); a group with none
+known has no price, said in `Imported.prices`. Precedence as LiteLLM's: `router_settings` over
+`litellm_settings`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.adapters.litellm_keys import typo_message, typo_of
+from sim.adapters.litellm_prices import (
+    COST_KEYS,
+    PRICE_SOURCE,
+    Price,
+    custom_price,
+    list_price,
+)
 from sim.model.config.router import LITELLM_ALLOWED_FAILS
 from sim.model.errors import Path, ScenarioError, format_path
 
@@ -54,11 +66,29 @@ class Placeholders:
 
 @dataclass
 class Imported:
-    """The scenario data, the keys not imported (path: why), and renamed names."""
+    """The scenario data, the keys not imported (path: why), renamed names, and per model group
+    where its price came from (or that it has none: a placeholder)."""
 
     scenario: dict[str, Any]
     skipped: list[str] = field(default_factory=list)
     renamed: dict[str, str] = field(default_factory=dict)
+    prices: list[str] = field(default_factory=list)
+
+    @property
+    def unpriced(self) -> list[str]:
+        """The model groups without a known price (their calls cost $0 until one is set)."""
+        models = self.scenario["models"]
+        return [name for name, spec in models.items() if "price_per_mtok" not in spec]
+
+    def price_header(self) -> list[str]:
+        """The header's lines on prices: where each group's came from, placeholders loudly."""
+        lines = [
+            "# - prices (price_per_mtok, USD per million tokens) are LIST prices from",
+            f"#   {PRICE_SOURCE} where a deployment's model is in it (your contract may",
+            "#   differ); a group with none known has NO PRICE, a PLACEHOLDER: its calls cost $0",
+            "#   and every run says so:",
+        ]
+        return lines + [f"#   {line}" for line in self.prices]
 
 
 class _Reader:
@@ -93,6 +123,15 @@ class _Reader:
     def skip(self, path: Path, why: str) -> None:
         self.skipped.append(f"{format_path(path)}: {why}")
 
+    def other(self, path: Path, where: str, why: str) -> None:
+        """A key the import does not read in mapping `where`: an error with a did-you-mean if
+        it is likely a typo of one it reads, else listed as not imported (`why`)."""
+        key = str(path[-1])
+        match = typo_of(key, where)
+        if match is not None:
+            raise self.fail(path, typo_message(key, match, where))
+        self.skip(path, why)
+
 
 def name_of(raw: str) -> str:
     """A scenario name for a LiteLLM name ('openai/gpt-4o' -> 'openai-gpt-4o')."""
@@ -107,19 +146,22 @@ def import_litellm(data: Any, source: str, placeholders: Placeholders | None = N
     top = read.mapping(data, ())
     for key in top:
         if key not in ("model_list", "router_settings", "litellm_settings"):
-            read.skip((key,), "not modelled (the simulation has no use for it)")
+            read.other((key,), "top", "not modelled (the simulation has no use for it)")
     deployments = top.get("model_list")
     if not isinstance(deployments, list) or not deployments:
         raise read.fail(("model_list",), "must be a non-empty list of deployments")
     renamed: dict[str, str] = {}
     groups: dict[str, list[dict[str, Any]]] = {}
     providers: dict[str, Any] = {}
+    found: dict[str, list[tuple[str, Price | None]]] = {}
     for i, entry in enumerate(deployments):
-        group, provider, spec, router_entry = _deployment(read, entry, i, holders, renamed)
+        group, provider, spec, router_entry, price = _deployment(read, entry, i, holders, renamed)
         if provider in providers:
             provider = f"{provider}-{i}"
         providers[provider] = spec
         groups.setdefault(group, []).append({"provider": provider, **router_entry})
+        found.setdefault(group, []).append((provider, price))
+    models, prices = _prices(found)
     router = _router(read, top, groups, renamed)
     first = next(iter(groups))
     # the placeholder call must fit every quota, or no call would ever be admitted
@@ -135,7 +177,7 @@ def import_litellm(data: Any, source: str, placeholders: Placeholders | None = N
         "deadline_s": holders.deadline_s,
         "requests": 1000,
         "arrivals": {"kind": "poisson", "rate_per_s": holders.rate_per_s},
-        "models": {group: {} for group in groups},
+        "models": models,
         "providers": providers,
         "workflow": {
             "steps": [
@@ -149,13 +191,49 @@ def import_litellm(data: Any, source: str, placeholders: Placeholders | None = N
         },
         "policies": {"litellm": router},
     }
-    return Imported(scenario, skipped, {k: v for k, v in renamed.items() if k != v})
+    return Imported(scenario, skipped, {k: v for k, v in renamed.items() if k != v}, prices)
+
+
+def _prices(
+    found: dict[str, list[tuple[str, Price | None]]],
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each group's model spec (its price where one is known) and a line per group saying
+    where the price came from. Deployments of a group that differ: the highest input and
+    output prices (a cost never understated); none known: no price, a placeholder."""
+    models: dict[str, dict[str, Any]] = {}
+    lines = []
+    for group, pairs in found.items():
+        known = [(p, price) for p, price in pairs if price is not None]
+        missing = [p for p, price in pairs if price is None]
+        if not known:
+            models[group] = {}
+            lines.append(
+                f"{group}: NO PRICE KNOWN (no custom pricing, no list price for its model in "
+                "LiteLLM's price map): a PLACEHOLDER of $0, so every $ figure leaves its calls "
+                f"out; set models.{group}.price_per_mtok"
+            )
+            continue
+        price = Price(
+            max(price.input for _, price in known),
+            max(price.output for _, price in known),
+            "; ".join(dict.fromkeys(price.source for _, price in known)),
+        )
+        models[group] = {"price_per_mtok": price.as_spec()}
+        per = f"${price.input:g} / ${price.output:g}"
+        line = f"{group}: {per} per million tokens in / out, from {price.source}"
+        if len({(q.input, q.output) for _, q in known}) > 1:
+            line += " (its deployments differ: the highest of each)"
+        if missing:
+            line += f"; no price known for deployment {', '.join(missing)}"
+        lines.append(line)
+    return models, lines
 
 
 def _deployment(
     read: _Reader, entry: Any, i: int, holders: Placeholders, renamed: dict[str, str]
-) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
-    """One `model_list` entry: (group, provider name, provider spec, router deployment keys)."""
+) -> tuple[str, str, dict[str, Any], dict[str, Any], Price | None]:
+    """One `model_list` entry: (group, provider name, provider spec, router deployment keys,
+    its price if known)."""
     at: Path = ("model_list", i)
     entry = read.mapping(entry, at)
     raw_group = entry.get("model_name")
@@ -168,12 +246,15 @@ def _deployment(
     info = read.mapping(entry.get("model_info"), (*at, "model_info"))
     ident = info.get("id")
     provider = name_of(str(ident)) if ident is not None else f"{group}-{i + 1}"
+    costs = {"litellm_params": {}, "model_info": {}}  # custom pricing, USD per token
     for key in info:
-        if key != "id":
-            read.skip((*at, "model_info", key), "not modelled")
+        if key in (*COST_KEYS, "base_model"):
+            costs["model_info"][key] = info[key]
+        elif key != "id":
+            read.other((*at, "model_info", key), "model_info", "not modelled")
     for key in entry:
         if key not in ("model_name", "litellm_params", "model_info", "tpm", "rpm"):
-            read.skip((*at, key), "not modelled")
+            read.other((*at, key), "deployment", "not modelled")
     limits: dict[str, Any] = {}
     router_entry: dict[str, Any] = {}
     for key in ("rpm", "tpm"):
@@ -183,7 +264,7 @@ def _deployment(
             limits[key] = router_entry[key] = read.number(value, where, integer=True, low=1)
     sdk: dict[str, Any] = {"preset": "litellm", "retries": 0}
     for key, value in params.items():
-        where = (*at, "litellm_params", key)
+        where: Path = (*at, "litellm_params", key)
         if key in ("model", "rpm", "tpm"):
             continue
         if key == "weight":
@@ -196,16 +277,34 @@ def _deployment(
             retries = int(read.number(value, where, integer=True))
             if retries:  # the deployment's own openai client retries inside each router call
                 sdk = {"preset": "openai", "retries": retries}
-        elif key in ("api_key", "api_base", "api_version", "organization", "base_model"):
+        elif key in (*COST_KEYS, "base_model"):
+            costs["litellm_params"][key] = value
+        elif key in ("api_key", "api_base", "api_version", "organization"):
             read.skip(where, "ignored (where and how to call: no effect on the simulation)")
         else:
-            read.skip(where, "not modelled")
+            read.other(where, "litellm_params", "not modelled")
     serving = {
         "ttft_s": {"median": holders.ttft_median_s, "p99": holders.ttft_p99_s},
         "tokens_per_s": {"median": holders.tokens_per_s, "p99": 2 * holders.tokens_per_s},
     }
     spec = {**limits, "sdk": sdk, "serves": {group: serving}}
-    return group, provider, spec, router_entry
+    return group, provider, spec, router_entry, _price(read, at, params["model"], costs)
+
+
+def _price(read: _Reader, at: Path, model: str, costs: dict[str, dict[str, Any]]) -> Price | None:
+    """A deployment's price, as LiteLLM's cost tracking finds it: custom pricing (litellm_params
+    before model_info), else the list price of its base_model or model string."""
+    for where in ("litellm_params", "model_info"):
+        for key in COST_KEYS:
+            if key in costs[where]:
+                read.number(costs[where][key], (*at, where, key))
+    base = None
+    for where in ("model_info", "litellm_params"):  # litellm_params wins, as for pricing
+        if "base_model" in costs[where]:
+            base = costs[where]["base_model"]
+            if not isinstance(base, str):
+                raise read.fail((*at, where, "base_model"), "must be a model name (a string)")
+    return custom_price(costs["litellm_params"], costs["model_info"]) or list_price(model, base)
 
 
 def _router(
@@ -257,7 +356,7 @@ def _router(
     ):
         value, at = pick(key)
         if value is not None:
-            policy[target] = _counts(read, read.mapping(value, at), at, fields)
+            policy[target] = _counts(read, read.mapping(value, at), at, fields, target)
     value, at = pick("fallbacks")
     if value is not None:
         policy["fallbacks"] = _fallbacks(read, value, at, groups, renamed)
@@ -270,7 +369,7 @@ def _router(
         elif key == "max_latency_list_size":
             policy["max_latency_list_size"] = int(read.number(arg, at, integer=True, low=1))
         else:
-            read.skip(at, "not modelled")
+            read.other(at, "routing_strategy_args", "not modelled")
     used = {
         "routing_strategy", "num_retries", "max_fallbacks", "timeout", "cooldown_time",
         "retry_after", "allowed_fails", "disable_cooldowns", "retry_policy",
@@ -278,7 +377,7 @@ def _router(
     }  # fmt: skip
     for key in settings:
         if key not in used:
-            read.skip(("router_settings", key), "not modelled")
+            read.other(("router_settings", key), "router_settings", "not modelled")
     module_used = {  # litellm_settings key -> the router_settings key that overrides it
         "routing_strategy": "routing_strategy", "num_retries": "num_retries",
         "max_fallbacks": "max_fallbacks", "request_timeout": "timeout",
@@ -293,13 +392,15 @@ def _router(
                 "router compares its own with; set router_settings.allowed_fails)",
             )
         elif key not in module_used:
-            read.skip(("litellm_settings", key), "not modelled")
+            read.other(("litellm_settings", key), "litellm_settings", "not modelled")
         elif module_used[key] in settings:
             read.skip(("litellm_settings", key), "overridden by router_settings")
     return policy
 
 
-def _counts(read: _Reader, value: dict[str, Any], at: Path, fields: tuple[str, ...]) -> dict:
+def _counts(
+    read: _Reader, value: dict[str, Any], at: Path, fields: tuple[str, ...], where: str
+) -> dict:
     """The fields of a retry or allowed-fails policy the router kind reads; the rest listed."""
     kept: dict[str, int] = {}
     for key, count in value.items():
@@ -307,7 +408,9 @@ def _counts(read: _Reader, value: dict[str, Any], at: Path, fields: tuple[str, .
             if count is not None:
                 kept[key] = int(read.number(count, (*at, key), integer=True))
         else:
-            read.skip((*at, key), "not modelled (a failure the simulated provider never gives)")
+            read.other(
+                (*at, key), where, "not modelled (a failure the simulated provider never gives)"
+            )
     return kept
 
 

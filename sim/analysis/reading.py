@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from sim.model.words import percent
+from sim.plan import Plan
 
 #: 429s per request above which the reading mentions them.
 RATE_LIMIT_NOTE = 0.05
@@ -27,6 +28,29 @@ def _ci(row: pd.Series) -> str:
 
 def _usd(value: float) -> str:
     return "n/a (no success)" if pd.isna(value) else f"${value:.4f}"
+
+
+def price_note(plan: Plan) -> str | None:
+    """The line a run prints under its table when a model has no price (`price_per_mtok` not
+    set: a placeholder, as `tailsim import litellm` leaves a model whose list price it does not
+    know), so a $0.0000 is never read as free; None when every model is priced."""
+    unpriced = [name for name, model in plan.models.items() if not model.priced]
+    if not unpriced:
+        return None
+    names = ", ".join(unpriced)
+    return (
+        f"prices: PLACEHOLDER for {names} (no price_per_mtok set): their calls count $0 in "
+        f"$/request and $/success; set models.<name>.price_per_mtok before trusting the costs"
+    )
+
+
+def shows_valid_hits(summary: pd.DataFrame) -> bool:
+    """Whether a comparison table shows the valid hit rate beside the hit rate: where answers can
+    be wrong (a validator, a quality floor) an on-time run is not yet a good one, so junk
+    delivered fast never flatters; where the two are equal everywhere the column says nothing."""
+    if "valid_hit_rate" not in summary:
+        return False
+    return bool((summary["valid_hit_rate"] - summary["hit_rate"]).abs().max() > 0)
 
 
 def overlaps(a: pd.Series, b: pd.Series) -> bool:

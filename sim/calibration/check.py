@@ -15,9 +15,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binom
 
-from sim.calibration.report import GroupFit, fitted_document, sample_files, yaml_name
+from sim.calibration.report import (
+    GroupFit,
+    fitted_document,
+    order_interval,
+    sample_files,
+    yaml_name,
+)
 from sim.model.scenario import scenario_from_dict
 from sim.plan import compile_scenario
 from sim.study.runner import run as run_policies
@@ -48,15 +53,6 @@ def replay_scenario(fits: list[GroupFit], seed: int = 1) -> dict[str, Any]:
         "policies": {"wait": {"kind": "wait"}},
         "pilot": {"requests": 20},
     }
-
-
-def order_interval(values: np.ndarray, q: float, level: float = 0.95) -> tuple[float, float]:
-    """Distribution-free interval of the q-quantile (q in (0, 1)) from sorted order statistics."""
-    ordered = np.sort(values)
-    n = len(ordered)
-    lo = int(binom.ppf((1 - level) / 2, n, q))
-    hi = int(binom.ppf((1 + level) / 2, n, q)) + 1
-    return float(ordered[max(lo, 1) - 1]), float(ordered[min(hi, n) - 1])
 
 
 def replay(

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
 
 from sim.calibration.report import GroupFit
+from sim.output.plots import plain_log
 
 TAIL_RED = "#c0392b"
 #: Groups drawn in the ECDF grid at most (the largest by calls).
@@ -50,11 +50,11 @@ def fit_figure(fits: list[GroupFit], buckets: pd.DataFrame) -> Figure:
         model = np.sort(g.modelled)
         ax.plot(model, np.arange(1, len(model) + 1) / len(model), color=orange, label="fitted")
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        plain_log(ax.xaxis)  # 0.5, 1, 2, 5: plain numbers, the 2x and 5x minor ticks labelled
         ax.set_title(f"{g.fit.provider}/{g.fit.model}\nKS {g.ks:.3f} ({g.fit.mode})", fontsize=8)
         ax.set_xlabel("latency (s, log)", fontsize=8)
         ax.set_ylabel("share of calls", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=7, which="both")
         if i == 0:
             ax.legend(fontsize=7)
     ax = fig.add_subplot(grid[:, cols:])
@@ -78,6 +78,11 @@ def fit_figure(fits: list[GroupFit], buckets: pd.DataFrame) -> Figure:
     ax.set_yticks(range(len(buckets)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    plain_log(ax.xaxis)
+    ax.tick_params(axis="x", which="both", labelsize=8)
+    if len(buckets):  # room right of the largest p99 for its ratio, inside the axes
+        widest = float(np.nanmax(np.maximum(buckets["p99_obs_s"], buckets["p99_fit_s"])))
+        ax.set_xlim(right=widest * 2.2)
     ax.set(
         xlabel="latency of a successful call (s, log)\np50 (circle) -> p99 (diamond); "
         "observed filled, fitted hollow",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
-from scipy.stats import ks_2samp, kstwo
+from scipy.stats import binom, ks_2samp, kstwo
 
 from sim.calibration.extras import ExtraFit, nan_free
 from sim.calibration.marginals import MarginalFit, fit_group
@@ -27,12 +27,17 @@ MODEL_DRAWS = 100_000
 #: Output-size buckets (tokens, upper bounds inclusive) of the tail-ratio table.
 SIZE_BUCKETS: tuple[tuple[int, int], ...] = ((1, 50), (51, 200), (201, 800), (801, 10**9))
 MODES = ("auto", "first_token", "total_time")
-#: `auto` fits total time instead of first token + generation only when its misfit is below
-#: this share of the other's (first token kept when both fit alike: `ttft_cutoff` needs it).
-SWITCH = 2 / 3
 #: A parametric fit whose KS test rejects it at this level is replaced by the calls themselves
 #: (`dist: empirical`, the latencies written beside the fitted file).
 EMPIRICAL_BELOW_P = 0.01
+#: `auto` keeps first token + generation unless the log refutes it: its KS test rejects it at
+#: `EMPIRICAL_BELOW_P`, or one of its fitted p50 / p95 / p99 lies outside the log percentile's
+#: order-statistic interval at this level (so a p99 that sampling noise moves is no refutation).
+REFUTE_LEVEL = 0.99
+#: Where the log refutes both laws, total time replaces first token + generation only when its
+#: misfit is below this share of the other's (first token kept when both fit alike:
+#: `ttft_cutoff` needs it).
+SWITCH = 2 / 3
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,35 @@ def _draws(fit: MarginalFit, tokens: np.ndarray, seed: int) -> np.ndarray:
     return fit.sample(rng, MODEL_DRAWS, usable if len(usable) else None)
 
 
+def order_interval(values: np.ndarray, q: float, level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval of the q-quantile (q in (0, 1)) from sorted order statistics."""
+    ordered = np.sort(values)
+    n = len(ordered)
+    lo = int(binom.ppf((1 - level) / 2, n, q))
+    hi = int(binom.ppf((1 + level) / 2, n, q)) + 1
+    return float(ordered[max(lo, 1) - 1]), float(ordered[min(hi, n) - 1])
+
+
+def refutation(g: GroupFit) -> str:
+    """Why the log refutes `g`'s law of total latency ('' where it does not): its KS test
+    rejects it at `EMPIRICAL_BELOW_P`, or a fitted p50 / p95 / p99 lies outside the observed
+    percentile's `REFUTE_LEVEL` order-statistic interval."""
+    if len(g.observed) < 2:
+        return ""
+    p = ks_p_value(g)
+    if p < EMPIRICAL_BELOW_P:
+        return f"KS rejects it (D {g.ks:.3f}, p {p:.2g})"
+    for q in (50, 95, 99):
+        lo, hi = order_interval(g.observed, q / 100, REFUTE_LEVEL)
+        fitted = float(np.percentile(g.modelled, q))
+        if not lo <= fitted <= hi:
+            return (
+                f"its p{q} {fitted:.3g} s lies outside the log's {REFUTE_LEVEL:.0%} interval "
+                f"[{lo:.3g}, {hi:.3g}] s"
+            )
+    return ""
+
+
 def _misfit(observed: np.ndarray, draws: np.ndarray, ks: float) -> float:
     """How badly a fit reproduces total latency: KS distance plus the largest |log ratio| of
     fitted to observed p50, p95 and p99 (the body and the tail both count)."""
@@ -70,8 +104,9 @@ def _misfit(observed: np.ndarray, draws: np.ndarray, ks: float) -> float:
 
 def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int) -> GroupFit:
     """Fit one group; `auto` fits first token + generation where there is a first-token column
-    and keeps it unless the total-time fit reproduces total latency clearly better (`_misfit`
-    below `SWITCH` times)."""
+    and keeps it unless the log refutes it (`refutation`) and the total-time fit is not refuted
+    (or, both refuted, reproduces total latency clearly better: `_misfit` below `SWITCH` times
+    the other's); the group's notes say which was chosen and why."""
     ok = group[group["status"].fillna("ok") == "ok"]
     observed = ok["latency_s"].to_numpy(float)
     tokens = ok["output_tokens"].to_numpy(float)
@@ -87,15 +122,51 @@ def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int
         scored.append(GroupFit(fit, observed, tokens, draws, ks))
     best = scored[0]
     if len(scored) == 2:
-        first, total = (_misfit(g.observed, g.modelled, g.ks) for g in scored)
-        best = scored[1] if total < SWITCH * first else scored[0]
-    if len(scored) == 2 and best is scored[1]:
-        best.fit.notes.append(
-            f"total time fitted: misfit {total:.3f} vs {first:.3f} from first token + "
-            "generation (KS + largest |log ratio| of p50/p95/p99; a generation time the "
-            "lognormal speed cannot carry, e.g. answers buffered then sent at once)"
-        )
+        best = _first_or_total(*scored)
     return _empirical_if_rejected(best, seed)
+
+
+def _first_or_total(first: GroupFit, total: GroupFit) -> GroupFit:
+    """`auto`'s choice between first token + generation and total time, said in the notes."""
+    why = refutation(first)
+    if not why:
+        first.fit.notes.append(
+            f"first token + generation kept: the log does not refute it (KS p "
+            f"{ks_p_value(first):.2g}; fitted p50, p95, p99 inside the log's "
+            f"{REFUTE_LEVEL:.0%} intervals)"
+        )
+        return first
+    a = _misfit(first.observed, first.modelled, first.ks)
+    b = _misfit(total.observed, total.modelled, total.ks)
+    also = refutation(total)
+    misfits = f"misfit {b:.3f} vs {a:.3f}: KS + largest |log ratio| of p50/p95/p99"
+    if not also or b < SWITCH * a:
+        total.fit.notes.append(
+            f"total time fitted: first token + generation is refuted ({why}); total time "
+            + ("is not" if not also else f"is too ({also}) but fits clearly better")
+            + f" ({misfits}; a generation time the lognormal speed cannot carry, e.g. answers "
+            "buffered then sent at once)"
+        )
+        return total
+    first.fit.notes.append(
+        f"first token + generation kept though refuted ({why}): total time is refuted too "
+        f"({also}) and fits no clearly better ({misfits})"
+    )
+    return first
+
+
+#: How a group's note on `auto`'s choice begins (`mode_lines` finds it by this).
+MODE_NOTES = ("first token + generation kept", "total time fitted:")
+
+
+def mode_lines(fits: list[GroupFit]) -> list[str]:
+    """Per group fitted by `auto` with both laws tried: which was chosen and why, one line."""
+    return [
+        f"{g.fit.provider}/{g.fit.model}: {note}"
+        for g in fits
+        for note in g.fit.notes
+        if note.startswith(MODE_NOTES)
+    ]
 
 
 def ks_p_value(g: GroupFit) -> float:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sim.analysis.reading import shows_valid_hits
 from sim.model.errors import ScenarioError
 from sim.model.scenario import default_scenario_path, load_scenario
 from sim.model.words import percent, percent_interval
@@ -158,11 +159,7 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
         ("resends", "right"),
         ("quality", "right"),
     ]
-    # where answers can be wrong (a validator, a quality floor), an on-time run is not yet a
-    # good one: show the valid hit rate beside the hit rate, so junk delivered fast never flatters
-    valid = "valid_hit_rate" in summary and bool(
-        (summary["valid_hit_rate"] - summary["hit_rate"]).abs().max() > 0
-    )
+    valid = shows_valid_hits(summary)  # the valid hit rate beside the hit rate, where they differ
     if valid:
         headers.insert(2, ("valid hits", "right"))
     for header, justify in headers:

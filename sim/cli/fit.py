@@ -24,6 +24,7 @@ from sim.calibration.report import (
     extras_summary,
     fit_calls,
     fitted_yaml,
+    mode_lines,
     refit_outside_spells,
     report_table,
     sample_files,
@@ -157,6 +158,8 @@ def fit(
         text = fitted_yaml(fits, [str(t) for t in traces], found, stem_name)
         if not quiet:
             out.print(_table(table))
+            for line in mode_lines(fits):
+                out.print(line, markup=False, soft_wrap=True)
         if out_file is None:
             if not quiet:
                 out.print(escape(text), soft_wrap=True)
@@ -198,9 +201,10 @@ def _table(table) -> Table:  # type: ignore[no-untyped-def]
         "stall p x median",
         "errors",
         "junk",
+        "extras",
     ):
         shown.add_column(
-            header, justify="left" if header in ("provider", "model", "from") else "right"
+            header, justify="left" if header in ("provider", "model", "from", "extras") else "right"
         )
     for row in table.to_dict("records"):
         shown.add_row(

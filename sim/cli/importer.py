@@ -71,6 +71,8 @@ def litellm(
         document = render(imported, source)
     for line in imported.skipped:
         err.print(f"not imported: {line}", markup=False, soft_wrap=True)
+    for name in imported.unpriced:
+        err.print(f"no price known: model {name} is a $0 PLACEHOLDER", markup=False)
     if out_path is None:
         click.echo(document, nl=False)
         return
@@ -89,7 +91,8 @@ def render(imported: Imported, source: str) -> str:
         "#   measured laws there (docs/scenario-format.md, Distributions);",
         "# - the workflow is a one-step PLACEHOLDER: replace it with your own steps (each step's",
         "#   model is the LiteLLM model group it calls), and set deadline_s and arrivals;",
-        "# - a deployment's rpm/tpm became its provider's quota (the real limit may differ).",
+        "# - a deployment's rpm/tpm became its provider's quota (the real limit may differ);",
+        *imported.price_header(),
         "# The router is the only retry loop (each provider's sdk makes no retry of its own).",
     ]
     for raw, name in imported.renamed.items():

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import sim
 from sim.analysis.capacity import ALL, NONE, RECORDS, check_fits, default_records, estimated_bytes
+from sim.analysis.reading import price_note
 from sim.cli.common import (
     bad_input_exits,
     err,
@@ -105,6 +106,8 @@ def run(
         )
     if not quiet:
         out.print(summary_table(result.summary, spec.deadline_s, result.seed))
+        if (note := price_note(spec)) is not None:
+            out.print(note, markup=False, soft_wrap=True)
         view = run_view(result.summary, scenario_slo(spec))
         if view is not None:
             out.print(slo_table(view))

@@ -91,7 +91,7 @@ def tune_command(
             check=partial(check_finalists, budget_s=nines_budget_s) if nines_budget_s else None,
         )
     if not quiet:
-        out.print(tune_table(outcome.comparison, outcome.note))
+        out.print(tune_table(outcome.comparison, outcome.note, outcome.slo))
         if outcome.result.check is not None:
             for line in check_lines(outcome.result.check):
                 out.print(line, markup=False)
@@ -132,16 +132,18 @@ def _tune_progress(quiet: bool) -> Iterator[Callable[[str, int, int], None] | No
         yield tick
 
 
-def tune_table(summary: pd.DataFrame, note: str) -> Table:
-    """The tuned policy beside every hand-written one, on the scenario's own seed."""
+def tune_table(summary: pd.DataFrame, note: str, slo: tuple[float, str] | None = None) -> Table:
+    """The tuned policy beside every hand-written one, on the scenario's own seed (a share never
+    printed across the SLO's target: the SLO table below reads the same figures)."""
+    bounds = (slo[0],) if slo else ()
     table = Table(title=note, title_justify="left")
     for header in ("policy", "valid hit rate", "hit rate", "$/request", "quality"):
         table.add_column(header, justify="left" if header == "policy" else "right")
     for row in summary.to_dict("records"):
         table.add_row(
             str(row["policy"]),
-            percent(row["valid_hit_rate"], 2),
-            percent(row["hit_rate"], 2),
+            percent(row["valid_hit_rate"], 2, bounds),
+            percent(row["hit_rate"], 2, bounds),
             num(row["cost_per_request_usd"], 4),
             num(row["quality_mean"], 3),
         )
@@ -186,7 +188,7 @@ def stress(
     """Find each policy's storm margin on SCENARIO: the largest burst (base rate x multiplier,
     held for a duration) after which its goodput is back to its pre-burst level within the
     recovery window."""
-    from sim.study.stress import StressPlan, default_plan, margins  # noqa: PLC0415
+    from sim.study.stress import StressPlan, bound_lines, default_plan, margins  # noqa: PLC0415
     from sim.study.stress import stress as search  # noqa: PLC0415
 
     with bad_input_exits():
@@ -205,6 +207,8 @@ def stress(
         best = margins(table)
         write_stress_results(table, best, plan.window_s, spec.name, folder, figures=not no_plot)
     out.print(stress_table(best, plan.window_s))
+    for line in bound_lines(best):
+        out.print(line, markup=False, soft_wrap=True)
     out.print(
         f"results: {folder}/ (stress.csv, margins.csv"
         + ("" if no_plot else ", figures/stress.png")
@@ -215,6 +219,8 @@ def stress(
 
 def stress_table(best: pd.DataFrame, window_s: float) -> Table:
     """Per policy and burst length: the largest burst recovered from, and the storm margin."""
+    from sim.study.stress import lower_bounds, margin_text  # noqa: PLC0415 - as the command
+
     table = Table(
         title=f"storm margin: largest burst after which goodput is back within {window_s:g} s",
         title_justify="left",
@@ -222,13 +228,15 @@ def stress_table(best: pd.DataFrame, window_s: float) -> Table:
     for header in ("policy", "burst s", "largest x", "recovery s", "fails at x", "margin req"):
         table.add_column(header, justify="left" if header == "policy" else "right")
     ranked = best.sort_values("margin_requests", ascending=False, kind="stable")
+    open_ended = lower_bounds(best)  # a margin no burst tried beat: '>= N'
     for row in ranked.to_dict("records"):
+        failed = not pd.isna(row["first_failed"])
         table.add_row(
             str(row["policy"]),
             f"{row['duration_s']:g}",
-            f"{row['largest_multiplier']:g}",
+            f"{'' if failed else '>= '}{row['largest_multiplier']:g}",
             num(row["recovery_s"], 0),
-            "none tried" if pd.isna(row["first_failed"]) else f"{row['first_failed']:g}",
-            f"{row['margin_requests']:.0f}",
+            f"{row['first_failed']:g}" if failed else "none failed",
+            margin_text(row["margin_requests"], str(row["policy"]) not in open_ended),
         )
     return table

@@ -22,10 +22,13 @@ def percent_digits(
     """`share` x 100 in exact decimals, without the % sign: `decimals` decimals or as many more
     as it takes for the printed figure to stay below every bound in `below` the share is below,
     and above every bound in `above` it is above (so rounding never carries a value across a
-    promise: 99.9949% is not printed 99.995% against a 99.995% target). "n/a" for NaN."""
+    promise: 99.9949% is not printed 99.995% against a 99.995% target). The share is read as its
+    shortest decimal, the one that reads back as the same float (792 / 800 is 0.99, not the
+    binary 0.98999999999999999...), so a share equal to a bound prints level with it ("99.0",
+    never "98.999999999999" against 0.99). "n/a" for NaN."""
     if math.isnan(share):
         return "n/a"
-    exact = Decimal(share) * 100
+    exact = Decimal(repr(float(share))) * 100
     under = [Decimal(str(b)) * 100 for b in below]
     over = [Decimal(str(b)) * 100 for b in above]
     for places in range(decimals, MAX_DECIMALS + 1):
@@ -38,11 +41,12 @@ def percent_digits(
     return f"{cut:f}"  # still level with a bound only when equal to it within 1e-12 %
 
 
-def percent(share: float, decimals: int = 1) -> str:
+def percent(share: float, decimals: int = 1, bounds: tuple[float, ...] = ()) -> str:
     """`share` (in [0, 1]) as a percentage with `decimals` decimals, more where rounding would
     turn a share short of 1 into "100.0%" or a positive one into "0.0%": a rare miss or a rare
-    hit never disappears in the rounding (99.993% prints "99.99%", not "100.0%")."""
-    digits = percent_digits(share, decimals, below=(1.0,), above=(0.0,))
+    hit never disappears in the rounding (99.993% prints "99.99%", not "100.0%"); nor is it
+    carried across any of `bounds` (an SLO target: 98.995% against 99% is not "99.00%")."""
+    digits = percent_digits(share, decimals, below=(1.0, *bounds), above=(0.0,))
     return digits if digits == "n/a" else digits + "%"
 
 

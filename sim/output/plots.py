@@ -31,6 +31,7 @@ from matplotlib.lines import Line2D
 from sim.analysis.reading import pareto_frontier
 from sim.model.words import plural
 from sim.output.colors import policy_colors
+from sim.output.labels import fit_legend, line_boxes, marker_boxes, place_labels
 from sim.output.overlap import ecdf_twins, legend_handle, point_twins
 
 #: Output-size buckets (tokens) of the dumbbell figure: fixed edges, as the article's rows.
@@ -50,15 +51,11 @@ def _legend(
     extra: Sequence = (),
     twins: Iterable[str] = (),
 ) -> None:
-    """One legend for the whole figure (never one per line or panel); `twins` (drawn dashed or
-    hollow over a look-alike, see sim.output.overlap) keep that look in the legend."""
+    """One legend for the whole figure (never one per line or panel), in as many columns as fit
+    its width; `twins` (drawn dashed or hollow over a look-alike, see sim.output.overlap) keep
+    that look in the legend."""
     handles = [legend_handle(p, c, p in set(twins)) for p, c in colors.items()]
-    fig.legend(
-        handles=[*handles, *extra],
-        loc="outside lower center",
-        ncols=min(len(handles) + len(extra), 7),
-        frameon=False,
-    )
+    fit_legend(fig, [*handles, *extra])
 
 
 # ---------------------------------------------------------------------------- one run
@@ -103,8 +100,13 @@ def policy_comparison(
             markeredgecolor=color,
             markersize=7,
         )
+    costs = pd.concat([summary["cost_per_success_usd"], summary["cost_per_request_usd"]])
+    wide = _wide(costs)  # one policy at 20x the others' cost would squeeze them into a column
+    if wide:
+        right.set_xscale("log")
+        plain_log(right.xaxis)
     right.set(
-        xlabel="USD: ● per success, ○ per request",
+        xlabel="USD: ● per success, ○ per request" + (" (log scale)" if wide else ""),
         ylabel="deadline hit rate (95% Wilson CI)",
         title="The trade: reliability vs what a delivered answer costs",
     )
@@ -143,10 +145,11 @@ def _ecdf(
             twin = {"linestyle": "--", "zorder": 3} if policy in twins else {}
             ax.step(values, y, where="post", color=colors[policy], linewidth=1.8, **twin)
     ax.axvline(deadline_s, color="black", linestyle="--", linewidth=1)
-    ax.text(deadline_s, 0.03, " deadline", ha="left", va="bottom", fontsize=9)
+    # left of the line, inside the plot: the curves have all reached their top by then
+    ax.text(deadline_s, 0.03, "deadline ", ha="right", va="bottom", fontsize=9)
     if log:
         ax.set_xscale("log")
-        _plain_log(ax.xaxis)
+        plain_log(ax.xaxis)
     ax.set(
         xlabel="end-to-end latency of a run (s"
         + (", log scale" if log else "")
@@ -176,7 +179,7 @@ def _marker(ring: bool, color: object, size: float) -> dict[str, object]:
             "markeredgecolor": color, "markeredgewidth": 2.2, "zorder": 4}  # fmt: skip
 
 
-def _plain_log(axis: mpl.axis.Axis) -> None:
+def plain_log(axis: mpl.axis.Axis) -> None:
     """Plain numbers (0.2, 1, 5) on a log axis instead of powers of ten."""
     axis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
     axis.set_minor_formatter(
@@ -208,8 +211,9 @@ def ecdf_figure(
 
 def pareto_figure(summary: pd.DataFrame, title: str = "", keys: Sequence[str] = ()) -> Figure:
     """Cost per success against hit rate for every row (a policy, or a policy at a sweep point),
-    CI bars, the Pareto frontier circled: the policies worth considering lie on it. With sweep
-    `keys`, each frontier point is labelled with its swept values (which point it is)."""
+    CI bars, the Pareto frontier circled: the policies worth considering lie on it. Every point
+    is labelled where it overlaps no other label: with its policy, or in a sweep with its swept
+    values (a policy's points joined in the first key's order)."""
     _theme()
     colors = policy_colors(summary["policy"].astype(str))
     fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
@@ -228,45 +232,48 @@ def pareto_figure(summary: pd.DataFrame, title: str = "", keys: Sequence[str] = 
             alpha=0.9,
             **_marker(str(row.policy) in rings, colors[str(row.policy)], 7),
         )
-    if _wide(summary["cost_per_success_usd"]):
+    if keys:
+        for policy, group in summary.assign(x=cost, y=hit).groupby("policy", sort=False):
+            line = group.dropna(subset=["x"]).sort_values(keys[0])
+            ax.plot(line["x"], line["y"], color=colors[str(policy)], lw=0.8, alpha=0.25)
+    ax.margins(y=0.08)  # room above a point at 100% for its label
+    if _wide(summary["cost_per_success_usd"], 5.0):  # points crowd at the cheap end
         ax.set_xscale("log")
-        _plain_log(ax.xaxis)
+        plain_log(ax.xaxis)
     front = pareto_frontier(cost, hit)
     if len(front):
         ax.plot(cost[front], hit[front], color="black", linewidth=1.2, linestyle=":")
-        ax.plot(
-            cost[front],
-            hit[front],
-            "o",
-            markersize=15,
-            markerfacecolor="none",
-            markeredgecolor="black",
-            markeredgewidth=1.2,
-        )
-        for i in front if keys else ():
-            point = summary.iloc[i]
-            text = ", ".join(f"{str(k).rsplit('.', 1)[-1]}={point[k]}" for k in keys)
-            ax.annotate(text, (cost[i], hit[i]), xytext=(11, -3), textcoords="offset points",
-                        fontsize=8, color="0.2", va="top", zorder=10,
-                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.6",
-                              "alpha": 0.9})  # fmt: skip
+        ax.plot(cost[front], hit[front], "o", markersize=15, markerfacecolor="none",
+                markeredgecolor="black", markeredgewidth=1.2)  # fmt: skip
+    short = [str(k).rsplit(".", 1)[-1] for k in keys]
     ax.set(
         xlabel="cost per success (USD; every billed call over delivered answers)",
         ylabel="deadline hit rate (95% CI)",
         title=title or "Pareto view: hit rate against cost per success",
     )
     ax.yaxis.set_major_formatter(mpl.ticker.PercentFormatter(1.0))
-    frontier_line = Line2D(
-        [],
-        [],
-        color="black",
-        linestyle=":",
-        marker="o",
-        markerfacecolor="none",
-        markersize=12,
-        label="Pareto frontier (circled)",
-    )
-    _legend(fig, colors, [frontier_line], twins=rings)
+    frontier_line = Line2D([], [], color="black", linestyle=":", marker="o",
+                           markerfacecolor="none", markersize=12,
+                           label="Pareto frontier (circled)")  # fmt: skip
+    extra = [frontier_line]
+    if keys:
+        extra.append(Line2D([], [], linestyle="none", label=f"labels: {', '.join(short)}"))
+    _legend(fig, colors, extra, twins=rings)
+    fig.canvas.draw()  # the layout settles before labels are placed by their drawn extents
+    shown = [i for i in range(len(summary)) if np.isfinite(cost[i]) and np.isfinite(hit[i])]
+    texts = [
+        ", ".join(f"{summary.iloc[i][k]:g}" if isinstance(summary.iloc[i][k], float)
+                  else str(summary.iloc[i][k]) for k in keys)
+        if keys else str(summary.iloc[i]["policy"])
+        for i in shown
+    ]  # fmt: skip
+    avoid = marker_boxes(ax, cost, hit) + marker_boxes(ax, cost[front], hit[front], 12.0)
+    avoid += line_boxes(ax, cost[front], hit[front])
+    labels = place_labels(ax, [(cost[i], hit[i]) for i in shown], texts, avoid, fontsize=8,
+                          zorder=10, bbox={"boxstyle": "square,pad=0.1", "fc": "white",
+                                           "ec": "none", "alpha": 0.8})  # fmt: skip
+    for i, label in zip(shown, labels, strict=True):  # a label in its point's colour
+        label.set_color(colors[str(summary.iloc[i]["policy"])])
     return fig
 
 
@@ -436,7 +443,7 @@ def sweep_figure(aggregate: pd.DataFrame, keys: list[str], title: str = "") -> F
     axes[0].yaxis.set_major_formatter(mpl.ticker.PercentFormatter(1.0))
     if _wide(aggregate["cost_per_success_usd"]):
         axes[1].set_yscale("log")
-        _plain_log(axes[1].yaxis)
+        plain_log(axes[1].yaxis)
         axes[1].set_ylabel("cost per success (USD, log scale)")
     extra = [
         Line2D([], [], color="0.3", linestyle=styles[k % len(styles)], label=f"{style_key}={v}")
@@ -448,10 +455,10 @@ def sweep_figure(aggregate: pd.DataFrame, keys: list[str], title: str = "") -> F
     return fig
 
 
-def _wide(values: pd.Series) -> bool:
-    """Whether positive values span more than 10x (then a log axis reads better)."""
+def _wide(values: pd.Series, ratio: float = 10.0) -> bool:
+    """Whether positive values span more than `ratio` x (then a log axis reads better)."""
     finite = values[np.isfinite(values) & (values > 0)]
-    return len(finite) > 1 and finite.max() / finite.min() > 10
+    return len(finite) > 1 and finite.max() / finite.min() > ratio
 
 
 def _ci_words(aggregate: pd.DataFrame) -> str:

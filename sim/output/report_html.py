@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.analysis.reading import read_policies, read_sweep
+from sim.analysis.reading import read_policies, read_sweep, shows_valid_hits
 from sim.model.words import percent, percent_interval, plural
 from sim.output.plots import folder_figures, png_bytes
 from sim.output.slo_view import folder_view, slo_html
@@ -27,7 +27,8 @@ CAPTIONS = {
     "ecdf": "End-to-end latency per policy, log scale; runs that failed count at the deadline.",
     "pareto": "Cost per success against hit rate (95% CI bars); the circled points are the "
     "Pareto frontier, the ones no other point beats on both (joined by a dotted line when there "
-    "are several; in a sweep, labelled with their swept values).",
+    "are several). Each point is labelled with its policy, or in a sweep with its swept values "
+    "(a policy's points joined, faintly, in sweep order).",
     "dumbbells": "p50 to p99 of successful calls within each output-size bucket.",
     "strip": "One step, run by run, under each policy; red dots are the slow tail.",
     "storm": "Offered load, goodput and 429s over time.",
@@ -140,7 +141,9 @@ def _figure(stem: str, png: bytes) -> str:
 
 def comparison_table(summary: pd.DataFrame, keys: list[str]) -> str:
     """The policies side by side (per swept point for a sweep), as people read them."""
-    head = [*keys, "policy", "hit rate [95% CI]"] + [h for c, h, _ in RUN_COLUMNS if c in summary]
+    valid = shows_valid_hits(summary)  # as the terminal table: where answers can be wrong
+    head = [*keys, "policy", "hit rate [95% CI]", *(["valid hits"] if valid else [])]
+    head += [h for c, h, _ in RUN_COLUMNS if c in summary]
     if "replications" in summary:
         head.append("reps")
     rows = []
@@ -149,6 +152,8 @@ def comparison_table(summary: pd.DataFrame, keys: list[str]) -> str:
         cells.append(
             f"<td>{percent_interval(row['hit_rate'], row['hit_rate_lo'], row['hit_rate_hi'])}</td>"
         )
+        if valid:
+            cells.append(f"<td>{percent(row['valid_hit_rate'])}</td>")
         for column, _h, fmt in RUN_COLUMNS:
             if column in summary:
                 value = row[column]

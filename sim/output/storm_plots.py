@@ -30,7 +30,8 @@ BURST_COLOUR = "#f4d03f"
 
 def storm_figure(series: pd.DataFrame, title: str = "") -> Figure:
     """One panel per policy (same axes): offered requests, re-sends, calls, goodput and 429s per
-    second over time; scheduled bursts shaded."""
+    second over time; scheduled bursts shaded (and in the legend only where there are some).
+    The shared y axis reaches the highest line of any panel, so no panel's peak is cut off."""
     policies = [str(p) for p in pd.unique(series["policy"])]
     fig, axes = plt.subplots(
         len(policies),
@@ -43,6 +44,7 @@ def storm_figure(series: pd.DataFrame, title: str = "") -> Figure:
     )
     t_all = np.unique(series["t_s"].to_numpy(float))
     width = float(t_all[1] - t_all[0]) if len(t_all) > 1 else 1.0
+    peak, shaded = 0.0, False
     for ax, policy in zip(axes[:, 0], policies, strict=True):
         part = series[series["policy"].astype(str) == policy].sort_values("t_s")
         t = part["t_s"].to_numpy(float) + width / 2
@@ -50,15 +52,21 @@ def storm_figure(series: pd.DataFrame, title: str = "") -> Figure:
         columns["demand"] = (part["offered"] + part["resent"]).to_numpy(float) / width
         for start, end in _runs(part["t_s"].to_numpy(float), part["burst"].to_numpy(bool), width):
             ax.axvspan(start, end, color=BURST_COLOUR, alpha=0.35, linewidth=0)
+            shaded = True
         for column, _label, colour, style in _LINES:
             ax.plot(t, columns[column], color=colour, linestyle=style, linewidth=1.5)
+            finite = columns[column][np.isfinite(columns[column])]
+            peak = max(peak, float(finite.max()) if len(finite) else 0.0)
         ax.set_title(policy, loc="left", fontsize=11, fontweight="bold")
         ax.set_ylabel("per second")
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
+    # once, after every panel: set per panel, the first panel's top froze the shared axis and
+    # cut the taller peaks of the panels below it
+    axes[0, 0].set_ylim(0, 1.05 * peak if peak > 0 else 1.0)
     axes[-1, 0].set_xlabel(f"simulated time (s), bins of {width:g} s")
     handles = [Line2D([], [], color=c, linestyle=s, label=label) for _, label, c, s in _LINES]
-    handles.append(Patch(color=BURST_COLOUR, alpha=0.35, label="burst"))
+    if shaded:  # a burst entry that shades nothing (bursty or trace arrivals) would mislead
+        handles.append(Patch(color=BURST_COLOUR, alpha=0.35, label="scheduled burst"))
     fig.legend(handles=handles, loc="outside lower center", ncols=6, frameon=False, fontsize=9)
     fig.suptitle(title or "Storm: offered load, goodput and 429s over time")
     return fig
@@ -79,6 +87,12 @@ def _runs(t: np.ndarray, flags: np.ndarray, width: float) -> list[tuple[float, f
 
 #: Width (inches) one legend column of the stress figure needs at font size 9.
 LEGEND_COLUMN_IN = 3.6
+#: Multipliers the stress figure may label: the coarse grid, or the fine one where the coarse
+#: would label fewer than three in view (a search that tried one or two multipliers).
+COARSE_TICKS = (1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+FINE_TICKS = (1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+#: The narrowest span (max / min) of the multiplier axis, so one multiplier tried still reads.
+MIN_SPAN = 2.25
 
 
 def stress_figure(table: pd.DataFrame, window_s: float, title: str = "") -> Figure:
@@ -89,7 +103,11 @@ def stress_figure(table: pd.DataFrame, window_s: float, title: str = "") -> Figu
     legend, inside the figure, ranks policies by storm margin (as `sim.study.stress.margins`)."""
     from sim.output.colors import policy_colors  # noqa: PLC0415 - seaborn import, only when drawing
     from sim.output.overlap import curve_twins, legend_handle  # noqa: PLC0415
-    from sim.study.stress import margins  # noqa: PLC0415 - sim.study.stress imports the runner
+    from sim.study.stress import (  # noqa: PLC0415 - sim.study.stress imports the runner
+        lower_bounds,
+        margin_text,
+        margins,
+    )
 
     durations = sorted(table["duration_s"].unique())
     width = max(8.0, 5.5 * len(durations))
@@ -126,19 +144,23 @@ def stress_figure(table: pd.DataFrame, window_s: float, title: str = "") -> Figu
         ax.text(1.0, ceiling, "not recovered (x) ", ha="right", va="bottom", fontsize=9,
                 color="#c0392b", transform=ax.get_yaxis_transform())  # fmt: skip
         ax.set_xscale("log")
-        ticks = sorted(table["multiplier"].round(2).unique())
-        ax.set_xticks([t for t in ticks if t in (1.5, 2, 3, 4, 6, 8)] or ticks)
+        lo, hi = _multiplier_view(table["multiplier"].to_numpy(float))
+        ax.set_xlim(lo, hi)
+        ax.set_xticks(_multiplier_ticks(lo, hi))
         ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _p: f"{v:g}x"))
-        ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+        ax.xaxis.set_minor_locator(mpl.ticker.NullLocator())
         ax.set(xlabel="burst: arrival rate x multiplier", title=f"bursts of {duration:g} s")
         ax.set_ylim(0, ceiling * 1.1)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("seconds after the burst until goodput is back")
-    margin = margins(table).groupby("policy")["margin_requests"].max()
+    best = margins(table)
+    margin = best.groupby("policy")["margin_requests"].max()
+    open_ended = lower_bounds(best)  # no burst tried beat them: the margin is '>= N'
     ranked = sorted(policies, key=lambda p: -float(margin.get(p, 0.0)))
     handles = [
         legend_handle(p, colours[p], p in twins,
-                      f"{p} (margin {float(margin.get(p, 0.0)):.0f} extra requests)")
+                      f"{p} (margin {margin_text(float(margin.get(p, 0.0)), p not in open_ended)}"
+                      " extra requests)")
         for p in ranked
     ]  # fmt: skip
     columns = max(1, min(len(handles), int(width // LEGEND_COLUMN_IN)))
@@ -146,6 +168,23 @@ def stress_figure(table: pd.DataFrame, window_s: float, title: str = "") -> Figu
                fontsize=9)  # fmt: skip
     fig.suptitle(title or "Storm margin: how big a burst each policy recovers from")
     return fig
+
+
+def _multiplier_view(tried: np.ndarray) -> tuple[float, float]:
+    """The multiplier axis: the bursts tried with room either side, at least `MIN_SPAN` wide
+    (centred on them, on the log scale) so a single multiplier is not one lone tick."""
+    lo, hi = float(np.min(tried)) / 1.15, float(np.max(tried)) * 1.15
+    if hi / lo < MIN_SPAN:
+        centre, half = math.sqrt(lo * hi), math.sqrt(MIN_SPAN)
+        lo, hi = centre / half, centre * half
+    return lo, hi
+
+
+def _multiplier_ticks(lo: float, hi: float) -> list[float]:
+    """The multipliers labelled in [lo, hi]: the coarse grid, or the fine one where the coarse
+    labels fewer than three."""
+    coarse = [t for t in COARSE_TICKS if lo <= t <= hi]
+    return coarse if len(coarse) >= 3 else [t for t in FINE_TICKS if lo <= t <= hi]
 
 
 def _curve(

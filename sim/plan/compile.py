@@ -43,6 +43,7 @@ def compile_scenario(scenario: Scenario) -> Plan:
             spec.price_per_mtok.input / 1e6,
             spec.price_per_mtok.output / 1e6,
             spec.when_hard,
+            "price_per_mtok" in spec.model_fields_set,
         )
         for name, spec in scenario.models.items()
     }

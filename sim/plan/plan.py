@@ -95,6 +95,8 @@ class ModelPlan:
     price_input: float
     price_output: float
     when_hard: WhenHardSpec | None
+    #: False where the scenario sets no `price_per_mtok` (a placeholder: $0 is not free).
+    priced: bool = True
 
 
 @dataclass(frozen=True)

@@ -97,10 +97,11 @@ def nines_figure(result: NinesResult) -> Figure:
     ax.set_xlim(10.0**low, 10.0**high)
     for k in range(max(low, -7), min(high, -1) + 1):  # the nines: 99%, 99.9%, ... met
         ax.axvline(10.0**k, color="0.6", linewidth=0.8, linestyle=":")
+        edge = k == high  # the right edge: the label goes left of its line, inside the axes
         ax.annotate(
             f"{100 * (1 - 10.0**k):.{max(0, -k - 2)}f}% met to the left", (10.0**k, 0.0),
-            xycoords=("data", "axes fraction"), xytext=(3, 3), textcoords="offset points",
-            fontsize=7, color="0.4", ha="left",
+            xycoords=("data", "axes fraction"), xytext=(-3 if edge else 3, 3),
+            textcoords="offset points", fontsize=7, color="0.4", ha="right" if edge else "left",
         )  # fmt: skip
     ax.set_yticks(y, table["policy"])
     ax.set_ylim(-0.7, len(table) - 0.3)

@@ -178,3 +178,38 @@ def margins(table: pd.DataFrame) -> pd.DataFrame:
         "max"
     )
     return frame
+
+
+def lower_bounds(best: pd.DataFrame) -> set[str]:
+    """Policies whose storm margin is only a lower bound: at some burst length no burst tried
+    beat them (`first_failed` NaN), so a larger one might not either. Such a margin is printed
+    `>= N`, and policies that tie at it are not told apart by the search."""
+    unbounded = best[best["first_failed"].isna()]
+    return set(unbounded["policy"].astype(str))
+
+
+def margin_text(margin: float, bounded: bool) -> str:
+    """'420', or '>= 420' for a lower bound."""
+    return f"{margin:.0f}" if bounded else f">= {margin:.0f}"
+
+
+def bound_lines(best: pd.DataFrame) -> list[str]:
+    """What a reader must know under the table: which margins are lower bounds, and which of
+    them tie (the search tried no burst that told them apart)."""
+    open_ended = lower_bounds(best)
+    if not open_ended:
+        return []
+    margin = best.groupby("policy", sort=False)["margin_requests"].max()
+    names = [p for p in dict.fromkeys(best["policy"].astype(str)) if p in open_ended]
+    largest = best.loc[best["first_failed"].isna(), "largest_multiplier"].max()
+    lines = [
+        f">= N: {', '.join(names)} recovered from every burst tried (up to x{largest:g}): "
+        "the margin is at least N, not measured; try a larger --multiplier to bound it"
+    ]
+    ties: dict[float, list[str]] = {}
+    for name in names:
+        ties.setdefault(float(margin[name]), []).append(name)
+    for value, tied in ties.items():
+        if len(tied) > 1:
+            lines.append(f"{', '.join(tied)} tie at >= {value:.0f}: not ranked against each other")
+    return lines

@@ -3,6 +3,9 @@
 The tuned policy is an `adaptive` one (diagnose, then pick the direction). Its knobs are set
 per step from the pilot's measured latencies: cutoffs and hedge delays as percentiles of the
 step's own latency curve, plus the fall-down and fall-up models and the providers it may use.
+A fall-down is only ever to a faster model than the step's (a shorter median call on its
+fastest serving path: `median_call_s`) and a fall-up only to a stronger one (higher `quality`),
+so each move is what its name says.
 The search maximises `valid_hit_rate` under a cost cap and a quality floor, comparing every
 candidate on common random numbers (the same arrivals and call draws):
 
@@ -41,6 +44,7 @@ from sim.plan import FIRST_TOKEN, Plan, compile_scenario
 from sim.plan.resolve import reserves
 from sim.policy.build import build_resolved
 from sim.study.pilot import measure
+from sim.study.tune_moves import median_call_s, stronger
 
 #: Name of the policy `tune` adds.
 TUNED = "tuned"
@@ -168,6 +172,7 @@ class Evaluator:
         self.streams = streams
         self.arrivals = arrival_times(plan.arrivals, requests, streams.generator("arrivals"))
         self.bank = CallDrawBank(streams.child("calls"), requests)
+        self.quality = plan.model_quality
         self.requests = requests
         self.max_cost = max_cost
         self.min_quality = min_quality
@@ -197,7 +202,7 @@ class Evaluator:
                 spec["hedge_after"] = self.seconds(step.id, knobs.hedge_pct)
             if knobs.fall_down[i] is not None:
                 spec["fall_down"] = knobs.fall_down[i]
-            if knobs.fall_up is not None and knobs.fall_up != step.model:
+            if knobs.fall_up is not None and stronger(self.quality, knobs.fall_up, step.model):
                 spec["fall_up"] = knobs.fall_up
             if knobs.all_providers:
                 spec["providers"] = list(self.plan.providers)
@@ -308,13 +313,29 @@ def _pattern_search(
 
 
 class _Space:
-    """The knobs' ranges: which models a step may fall down or up to, which providers."""
+    """The knobs' ranges: which models a step may fall down to (faster ones) or up to (stronger
+    ones), which providers."""
 
     def __init__(self, plan: Plan, steps: tuple[Any, ...]) -> None:
         self.steps = steps
         self.models = list(plan.models)
         self.fall_down_options: list[str | None] = [None, *self.models]
-        self.fall_up_options: list[str | None] = [None, *self.models]
+        quality = plan.model_quality
+        self.fall_down_for: list[list[str | None]] = []  # per step: None or a faster model
+        self.fall_up_for: list[list[str | None]] = []  # per step: None or a stronger model
+        for step in steps:
+            if step.tool is not None or step.model is None:
+                self.fall_down_for.append([None])
+                self.fall_up_for.append([None])
+                continue
+            own = median_call_s(plan, step.model, step)
+            faster = [m for m in self.models if median_call_s(plan, m, step) < own]
+            self.fall_down_for.append([None, *faster])
+            self.fall_up_for.append(
+                [None, *(m for m in self.models if stronger(quality, m, step.model))]
+            )
+        ups = {m for options in self.fall_up_for for m in options if m is not None}
+        self.fall_up_options: list[str | None] = [None, *(m for m in self.models if m in ups)]
         self.multi_provider = len(plan.providers) > 1
 
     def steps_by_load(self) -> list[int]:
@@ -341,7 +362,10 @@ class _Space:
             out.append(
                 Knobs(
                     cutoff_pct=(cut,) * len(self.steps),
-                    fall_down=tuple(None if down == s.model else down for s in self.steps),
+                    fall_down=tuple(
+                        down if down in self.fall_down_for[i] else None
+                        for i in range(len(self.steps))
+                    ),
                     ttft_pct=round(TTFT_PCT[0] + (u[2] - 0.5) * 2 * (TTFT_PCT[1] - TTFT_PCT[0]), 1)
                     if ttft
                     else None,
@@ -366,7 +390,9 @@ class _Space:
         return [
             Knobs(
                 cutoff_pct=(95.0,) * n,
-                fall_down=tuple(None if m == s.model else m for s in self.steps),
+                fall_down=tuple(
+                    m if m in self.fall_down_for[i] else None for i in range(len(self.steps))
+                ),
                 ttft_pct=None,
                 hedge_pct=None,
                 fall_up=None,
@@ -378,7 +404,8 @@ class _Space:
         ]
 
     def moves(self, knobs: Knobs, i: int, delta: float) -> list[Knobs]:
-        """Neighbours of `knobs` changing step i only: cutoff up and down, other fall-downs."""
+        """Neighbours of `knobs` changing step i only: cutoff up and down, other fall-downs
+        (to the step's faster models, or none)."""
         out = []
         for sign in (-1, 1):
             pct = min(CUTOFF_PCT[1], max(CUTOFF_PCT[0], knobs.cutoff_pct[i] + sign * delta))
@@ -387,8 +414,8 @@ class _Space:
                 cut[i] = round(pct, 1)
                 out.append(_replace(knobs, cutoff_pct=tuple(cut)))
         if delta == PATTERN_STEPS[0]:
-            for model in self.fall_down_options:
-                if model != knobs.fall_down[i] and model != self.steps[i].model:
+            for model in self.fall_down_for[i]:
+                if model != knobs.fall_down[i]:
                     down = list(knobs.fall_down)
                     down[i] = model
                     out.append(_replace(knobs, fall_down=tuple(down)))

@@ -208,8 +208,12 @@ def test_sweep_pareto_labels_its_frontier_and_the_caption_matches() -> None:
     )
     fig = pareto_figure(aggregate, "sweep", ["providers.direct.concurrency"])
     try:
-        texts = {t.get_text() for t in fig.axes[0].texts}
-        assert texts == {"concurrency=48"}  # wait@48 and race@48 are on the frontier
+        # every point carries its swept value (issue 25, item 9: only the frontier was
+        # labelled, "concurrency=48"); the key is named once, in the legend
+        texts = sorted(t.get_text() for t in fig.axes[0].texts)
+        assert texts == ["24", "24", "48", "48"]
+        legend = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert "labels: concurrency" in legend
     finally:
         plt.close(fig)
     assert "dotted line is" not in CAPTIONS["pareto"]

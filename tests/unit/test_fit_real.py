@@ -28,10 +28,11 @@ LOG = Path(__file__).parents[2] / "experiments/data/thefastest-ai/thefastest_ai_
 
 #: p50, p95 and p99 all within 5% of the log's. The first is fitted with a ceiling (a lognormal
 #: truncated at `max`, preferred by BIC): before `max` existed it overshot at p99.
+#: gemini-1.5-pro left it when `auto` began keeping first token + generation wherever the log
+#: does not refute it (issue 25, item 11): its p95 2.40 s against 2.60, inside the log's interval.
 WITHIN_5 = {
     ("anthropic", "claude-3-sonnet-20240229"),
     ("cohere", "command-light"),
-    ("google", "gemini-1.5-pro-preview-0409"),
     ("google", "gemini-pro"),
     ("together.ai", "llama-2-13b-chat"),
 }
@@ -58,7 +59,7 @@ MISMATCHED: dict[tuple[str, str], str] = {
     ("together.ai", "llama-2-70b-chat"): BOUNDED,
     ("together.ai", "llama-2-7b-chat"): BOUNDED,
 }
-#: The 16 others: some percentile (mostly p99, 5-21% off) misses 5% but lies inside the log
+#: The 17 others: some percentile (mostly p99, 5-21% off) misses 5% but lies inside the log
 #: percentile's own 95% interval: the log does not pin it down to 5%, so neither can a fit.
 #: The empirical group is among them: its law is the calls' step ECDF, whose p99 on 95 calls is
 #: the largest call, while the log's p99 interpolates between the two largest.
@@ -89,7 +90,7 @@ def test_fitted_blocks_reproduce_the_trace_percentiles(compared: pd.DataFrame) -
     assert unmatched <= set(MISMATCHED), f"new mismatches: {unmatched - set(MISMATCHED)}"
     assert set(MISMATCHED) <= unmatched, f"now matching: {set(MISMATCHED) - unmatched}"
     assert len(groups) - len(unmatched) == 21
-    assert len(groups) - len(unmatched) - len(strict) == 16  # WITHIN_INTERVAL
+    assert len(groups) - len(unmatched) - len(strict) == 17  # WITHIN_INTERVAL
 
 
 def test_ceilings_and_empirical_fallbacks_where_stated(fits: list[GroupFit]) -> None:
@@ -123,7 +124,7 @@ def test_bounded_groups_overshoot_at_p99(compared: pd.DataFrame) -> None:
 
 def test_medians_match_within_5_percent_mostly(compared: pd.DataFrame) -> None:
     p50 = compared[compared["quantile"] == "p50"]
-    assert p50["within_tolerance"].sum() >= 23
+    assert p50["within_tolerance"].sum() >= 22
     assert p50["matches"].sum() >= 28
 
 
