@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ScriptedBank, build, error, ok, serving, simulate, step, timeline
 
 import sim
 from sim.engine.simulation import Simulation
@@ -22,6 +21,7 @@ from sim.model.config import Scenario
 from sim.model.ratelimit import retry_after_header
 from sim.model.streams import Streams
 from sim.study.tune import tune
+from tests.helpers import ScriptedBank, build, error, ok, serving, simulate, step, timeline
 
 #: TPM refilling 20 tokens a second: whole-second waits for 1100-token calls (module docstring).
 TPM = 1200

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import ScriptedBank, build, const, ok, serving, simulate, step, timeline
 
 import sim
 from sim.engine.simulation import Simulation, serving_latencies
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
 from sim.policy.build import build_policy
+from tests.helpers import ScriptedBank, build, const, ok, serving, simulate, step, timeline
 
 #: Tokens of one call of `helpers.step` (1000 input + 100 output): a TPM of this admits one.
 CALL_TOKENS = 1100

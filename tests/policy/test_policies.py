@@ -1,0 +1,365 @@
+"""sim.policy.kinds: exact timelines of wait, cut, race, hedge and downshift on scripted calls.
+
+Every call here is scripted (first token, generation, outcome per step and attempt) and queue-free,
+so each timeline is known to the second. The scenario's default call is 1 s + 1 s = 2 s, ok.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.model.config import CutPolicy, HedgePolicy, RacePolicy, WaitPolicy
+from sim.model.workflow import Workflow
+from sim.policy.build import build_policy
+from sim.policy.kinds import Hedge, Race, Sequential
+from sim.policy.plans import Attempt
+from tests.helpers import (
+    BIG_IN,
+    BIG_OUT,
+    ScriptedBank,
+    build,
+    error,
+    invalid,
+    ok,
+    serving,
+    simulate,
+    step,
+    timeline,
+)
+
+POLICIES = {
+    "wait": {"kind": "wait", "retries": 2},
+    "wait_t": {"kind": "wait", "timeout_s": 3.0, "retries": 1},
+    "cut": {"kind": "cut", "cutoff": 3.0, "retries": 2},
+    "race": {"kind": "race", "attempts": 2, "providers": ["p1", "p2"]},
+    "race3": {"kind": "race", "attempts": 3, "providers": ["p1", "p2"], "retries": 1},
+    "race_t": {"kind": "race", "attempts": 2, "timeout_s": 3.0, "retries": 1},
+    "hedge": {"kind": "hedge", "after": 2.0, "providers": ["p2"]},
+    "hedge2": {"kind": "hedge", "after": 2.0, "providers": ["p2", "p1"], "hedges": 2},
+    "down": {"kind": "downshift", "cutoff": 3.0, "to": "small"},
+}
+SCENARIO = build([step("s1")], POLICIES)
+SECONDS = {"cut": {"s1": 3.0}, "hedge": {"s1": 2.0}, "hedge2": {"s1": 2.0}, "down": {"s1": 3.0}}
+
+
+def run(policy: str, script: dict, arrival: float = 0.0) -> tuple[list[tuple], float, bool]:
+    """Timeline, time from arrival to the request's end, and success of one request under
+    `policy` (a failed request's `latency_s` is the deadline; its end is when it failed)."""
+    result = simulate(
+        SCENARIO, policy, ScriptedBank(script), [arrival], thresholds=SECONDS.get(policy)
+    )
+    request = result.requests.iloc[0]
+    ended = float(request.end_s - request.arrival_s)
+    if request.ok:
+        assert ended == float(request.latency_s)
+    return timeline(result.calls), ended, bool(request.ok)
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+def test_plans_follow_the_spec() -> None:
+    steps = Workflow.from_scenario(SCENARIO).steps
+    wait = build_policy("wait_t", SCENARIO.policies["wait_t"], SCENARIO, steps, {})
+    assert isinstance(wait, Sequential)
+    assert wait.plans["s1"] == [Attempt("p1", "big", 3.0)] * 2
+    cut = build_policy("cut", SCENARIO.policies["cut"], SCENARIO, steps, {"s1": 4.5})
+    assert isinstance(cut, Sequential)
+    assert cut.plans["s1"] == [Attempt("p1", "big", 4.5)] * 3  # threshold from `seconds`
+    race = build_policy("race3", SCENARIO.policies["race3"], SCENARIO, steps, {})
+    assert isinstance(race, Race)
+    one = [Attempt("p1", "big", None), Attempt("p2", "big", None), Attempt("p1", "big", None)]
+    assert race.rounds["s1"] == [one, one]
+    hedge = build_policy("hedge2", SCENARIO.policies["hedge2"], SCENARIO, steps, {"s1": 2.0})
+    assert isinstance(hedge, Hedge)
+    assert hedge.plans["s1"] == [
+        Attempt("p1", "big", None),
+        Attempt("p2", "big", None),
+        Attempt("p1", "big", None),
+    ]
+    assert hedge.after == {"s1": 2.0}
+    down = build_policy("down", SCENARIO.policies["down"], SCENARIO, steps, {"s1": 3.0})
+    assert isinstance(down, Sequential)
+    assert down.plans["s1"] == [Attempt("p1", "big", 3.0), Attempt("p1", "small", None)]
+
+
+def test_policy_providers_route_attempts_in_turn() -> None:
+    steps = Workflow.from_scenario(SCENARIO).steps
+    spec = WaitPolicy(kind="wait", retries=3, providers=["p2", "p1"])
+    policy = build_policy("w", spec, SCENARIO, steps, {})
+    assert isinstance(policy, Sequential)
+    assert [a.provider for a in policy.plans["s1"]] == ["p2", "p1", "p2", "p1"]
+    # a listed provider that does not serve the model is skipped
+    lognormal = {"ttft_s": {"median": 1, "p99": 2}, "tokens_per_s": {"median": 9, "p99": 20}}
+    only_p1 = build(
+        [step("s1")],
+        providers={"p1": {"serves": {"big": lognormal}}, "p2": {"serves": {"small": lognormal}}},
+    )
+    steps = Workflow.from_scenario(only_p1).steps
+    cut = build_policy(
+        "c", CutPolicy(kind="cut", cutoff=1.0, providers=["p2", "p1"]), only_p1, steps, {"s1": 1.0}
+    )
+    assert isinstance(cut, Sequential)
+    assert {a.provider for a in cut.plans["s1"]} == {"p1"}
+    race = build_policy("r", RacePolicy(kind="race", providers=["p2", "p1"]), only_p1, steps, {})
+    assert isinstance(race, Race)
+    assert {a.provider for a in race.rounds["s1"][0]} == {"p1"}
+    hedge = build_policy(
+        "h",
+        HedgePolicy(kind="hedge", after=1.0, providers=["p2", "p1"]),
+        only_p1,
+        steps,
+        {"s1": 1.0},
+    )
+    assert isinstance(hedge, Hedge)
+    assert {a.provider for a in hedge.plans["s1"]} == {"p1"}
+
+
+# ----------------------------------------------------------------------------- wait
+
+
+def test_wait_retries_after_an_error() -> None:
+    calls, latency, success = run("wait", {("s1", 0): error(ttft=1.0), ("s1", 1): ok(1.0, 2.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 1.0, "error"),
+        ("s1", 1, "p1", "big", 1.0, 4.0, "ok"),
+    ]
+    assert (latency, success) == (4.0, True)
+
+
+def test_wait_retries_after_junk_then_gives_up() -> None:
+    script = {("s1", 0): invalid(0.5), ("s1", 1): error(0.25), ("s1", 2): invalid(1.0)}
+    calls, latency, success = run("wait", script)
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 0.5, "invalid"),
+        ("s1", 1, "p1", "big", 0.5, 0.75, "error"),
+        ("s1", 2, "p1", "big", 0.75, 1.75, "invalid"),
+    ]
+    assert (latency, success) == (1.75, False)  # fails when retries run out, not at the deadline
+
+
+def test_wait_does_not_retry_a_success() -> None:
+    calls, latency, success = run("wait", {("s1", 0): ok(1.0, 20.0)}, arrival=3.0)
+    assert calls == [("s1", 0, "p1", "big", 3.0, 24.0, "ok")]
+    assert (latency, success) == (21.0, True)
+
+
+def test_wait_timeout_cuts_and_retries() -> None:
+    calls, latency, success = run("wait_t", {("s1", 0): ok(1.0, 10.0), ("s1", 1): ok(1.0, 1.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 3.0, "timeout"),
+        ("s1", 1, "p1", "big", 3.0, 5.0, "ok"),
+    ]
+    assert (latency, success) == (5.0, True)
+
+
+# ----------------------------------------------------------------------------- cut
+
+
+def test_cut_cuts_at_the_cutoff_and_retries() -> None:
+    script = {("s1", 0): ok(1.0, 10.0), ("s1", 1): ok(2.0, 30.0), ("s1", 2): ok(0.5, 1.0)}
+    calls, latency, success = run("cut", script)
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 3.0, "timeout"),
+        ("s1", 1, "p1", "big", 3.0, 6.0, "timeout"),
+        ("s1", 2, "p1", "big", 6.0, 7.5, "ok"),
+    ]
+    assert (latency, success) == (7.5, True)
+
+
+def test_cut_leaves_fast_calls_alone() -> None:
+    calls, latency, _ = run("cut", {("s1", 0): ok(1.0, 1.5)})
+    assert calls == [("s1", 0, "p1", "big", 0.0, 2.5, "ok")]
+    assert latency == 2.5
+
+
+# ----------------------------------------------------------------------------- race
+
+
+def test_race_starts_all_at_once_and_cancels_the_loser_at_the_winners_end() -> None:
+    calls, latency, success = run("race", {("s1", 0): ok(1.0, 9.0), ("s1", 1): ok(1.0, 2.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 3.0, "cancelled"),
+        ("s1", 1, "p2", "big", 0.0, 3.0, "ok"),
+    ]
+    assert (latency, success) == (3.0, True)
+
+
+def test_race_loser_is_billed_per_the_rule() -> None:
+    result = simulate(
+        SCENARIO, "race", ScriptedBank({("s1", 0): ok(1.0, 9.0), ("s1", 1): ok(1.0, 2.0)})
+    )
+    loser = result.calls[result.calls["outcome"] == "cancelled"].iloc[0]
+    # billing.cancelled defaults to 'full': the provider generates (and bills) the whole answer
+    assert (loser.input_tokens, loser.output_tokens) == (1000, 100)
+    assert loser.cost_usd == pytest.approx(1000 * BIG_IN + 100 * BIG_OUT, rel=1e-12)
+
+
+def test_race_an_invalid_first_answer_does_not_win() -> None:
+    calls, latency, success = run("race", {("s1", 0): ok(1.0, 4.0), ("s1", 1): invalid(1.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 5.0, "ok"),
+        ("s1", 1, "p2", "big", 0.0, 1.0, "invalid"),
+    ]
+    assert (latency, success) == (5.0, True)
+
+
+def test_race_spreads_attempts_over_providers_and_retries_whole_rounds() -> None:
+    script = {
+        ("s1", 0): error(1.0),
+        ("s1", 1): invalid(2.0),
+        ("s1", 2): error(0.5),  # round 0 over at 2.0
+        ("s1", 3): ok(1.0, 1.0),  # 2.0 -> 4.0 wins
+        ("s1", 4): ok(1.0, 5.0),  # cancelled at 4.0
+        ("s1", 5): ok(1.0, 1.5),  # cancelled at 4.0 (would end at 4.5)
+    }
+    calls, latency, success = run("race3", script)
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 1.0, "error"),
+        ("s1", 1, "p2", "big", 0.0, 2.0, "invalid"),
+        ("s1", 2, "p1", "big", 0.0, 0.5, "error"),
+        ("s1", 3, "p1", "big", 2.0, 4.0, "ok"),
+        ("s1", 4, "p2", "big", 2.0, 4.0, "cancelled"),
+        ("s1", 5, "p1", "big", 2.0, 4.0, "cancelled"),
+    ]
+    assert (latency, success) == (4.0, True)
+
+
+def test_race_fails_when_every_attempt_fails() -> None:
+    calls, latency, success = run("race", {("s1", 0): error(1.0), ("s1", 1): invalid(3.0)})
+    assert [c[-1] for c in calls] == ["error", "invalid"]
+    assert (latency, success) == (3.0, False)
+
+
+def test_race_timeout_cuts_every_attempt_then_races_again() -> None:
+    script = {
+        ("s1", 0): ok(1.0, 9.0),
+        ("s1", 1): ok(2.0, 9.0),
+        ("s1", 2): ok(1.0, 0.5),
+        ("s1", 3): ok(1.0, 9.0),
+    }
+    calls, latency, success = run("race_t", script)
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 3.0, "timeout"),
+        ("s1", 1, "p1", "big", 0.0, 3.0, "timeout"),
+        ("s1", 2, "p1", "big", 3.0, 4.5, "ok"),
+        ("s1", 3, "p1", "big", 3.0, 4.5, "cancelled"),
+    ]
+    assert (latency, success) == (4.5, True)
+
+
+# ----------------------------------------------------------------------------- hedge
+
+
+def test_hedge_fires_exactly_after_the_delay_and_first_valid_wins() -> None:
+    calls, latency, success = run("hedge", {("s1", 0): ok(1.0, 9.0), ("s1", 1): ok(1.0, 2.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 5.0, "cancelled"),
+        ("s1", 1, "p2", "big", 2.0, 5.0, "ok"),
+    ]
+    assert (latency, success) == (5.0, True)
+
+
+def test_hedge_primary_can_still_win() -> None:
+    calls, latency, _ = run("hedge", {("s1", 0): ok(1.0, 2.5), ("s1", 1): ok(1.0, 5.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 3.5, "ok"),
+        ("s1", 1, "p2", "big", 2.0, 3.5, "cancelled"),
+    ]
+    assert latency == 3.5
+
+
+def test_hedge_fires_at_once_when_the_primary_fails_fast() -> None:
+    calls, latency, success = run("hedge", {("s1", 0): error(0.5), ("s1", 1): ok(1.0, 1.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 0.5, "error"),
+        ("s1", 1, "p2", "big", 0.5, 2.5, "ok"),
+    ]
+    assert (latency, success) == (2.5, True)
+
+
+def test_hedge_not_fired_when_the_primary_answers_in_time() -> None:
+    calls, latency, _ = run("hedge", {("s1", 0): ok(1.0, 0.5)})
+    assert calls == [("s1", 0, "p1", "big", 0.0, 1.5, "ok")]
+    assert latency == 1.5
+
+
+def test_hedges_chain_each_after_the_previous() -> None:
+    script = {("s1", 0): ok(1.0, 20.0), ("s1", 1): ok(1.0, 20.0), ("s1", 2): ok(1.0, 1.0)}
+    calls, latency, _ = run("hedge2", script)
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 6.0, "cancelled"),
+        ("s1", 1, "p2", "big", 2.0, 6.0, "cancelled"),
+        ("s1", 2, "p1", "big", 4.0, 6.0, "ok"),
+    ]
+    assert latency == 6.0
+
+
+def test_hedge_fails_when_all_fail() -> None:
+    calls, latency, success = run("hedge", {("s1", 0): error(0.5), ("s1", 1): invalid(1.0)})
+    assert [c[-1] for c in calls] == ["error", "invalid"]
+    assert (latency, success) == (1.5, False)
+
+
+# ----------------------------------------------------------------------------- downshift
+
+
+def test_downshift_cuts_at_the_cutoff_then_runs_on_the_smaller_model() -> None:
+    calls, latency, success = run("down", {("s1", 0): ok(1.0, 10.0), ("s1", 1): ok(0.5, 1.0)})
+    assert calls == [
+        ("s1", 0, "p1", "big", 0.0, 3.0, "timeout"),
+        ("s1", 1, "p1", "small", 3.0, 4.5, "ok"),
+    ]
+    assert (latency, success) == (4.5, True)
+
+
+def test_downshift_after_an_error_also_moves_to_the_smaller_model() -> None:
+    calls, _, success = run("down", {("s1", 0): error(0.5), ("s1", 1): ok(0.5, 0.5)})
+    assert [(c[1], c[3], c[4], c[5], c[6]) for c in calls] == [
+        (0, "big", 0.0, 0.5, "error"),
+        (1, "small", 0.5, 1.5, "ok"),
+    ]
+    assert success
+
+
+def test_downshift_fast_big_answer_is_kept() -> None:
+    calls, latency, _ = run("down", {("s1", 0): ok(1.0, 1.0)})
+    assert calls == [("s1", 0, "p1", "big", 0.0, 2.0, "ok")]
+    assert latency == 2.0
+
+
+def test_downshift_moves_to_a_provider_serving_the_smaller_model() -> None:
+    providers = {"p1": {"serves": {"big": serving()}}, "p2": {"serves": {"small": serving()}}}
+    scenario = build(
+        [step("s1")],
+        {"down": {"kind": "downshift", "cutoff": 3.0, "to": "small"}},
+        providers=providers,
+    )
+    bank = ScriptedBank({("s1", 0): ok(1.0, 10.0), ("s1", 1): ok(0.5, 1.0)})
+    result = simulate(scenario, "down", bank, thresholds={"s1": 3.0})
+    assert timeline(result.calls) == [
+        ("s1", 0, "p1", "big", 0.0, 3.0, "timeout"),
+        ("s1", 1, "p2", "small", 3.0, 4.5, "ok"),
+    ]
+
+
+def test_race_loser_queued_behind_its_winner_costs_nothing() -> None:
+    """On one provider with one slot, the loser gets the slot at the instant it is cancelled:
+    it was never served for any time, so it bills nothing and leaves no work running."""
+    scenario = build(
+        [step("s1")],
+        {"race": {"kind": "race", "attempts": 2, "providers": ["p1"]}},
+        providers={"p1": {"concurrency": 1, "serves": {"big": serving()}}},
+    )
+    result = simulate(scenario, "race", ScriptedBank({("s1", 0): ok(1.0, 2.0)}))
+    assert timeline(result.calls) == [
+        ("s1", 0, "p1", "big", 0.0, 3.0, "ok"),
+        ("s1", 1, "p1", "big", 0.0, 3.0, "cancelled"),
+    ]
+    loser = result.calls[result.calls["outcome"] == "cancelled"].iloc[0]
+    assert (loser.queue_s, loser.input_tokens, loser.output_tokens, loser.cost_usd) == (
+        3.0,
+        0,
+        0,
+        0.0,
+    )

@@ -1,0 +1,253 @@
+"""Rare-event estimates (`tailsim nines`): the tilted bank, the weighted tally, the
+cross-entropy step, and the estimate held to an exact chain and to plain Monte Carlo."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from sim.analysis.chain_exact import chain_miss_probability
+from sim.cli import main
+from sim.model.latency import U_STALL, U_TTFT, LogNormal
+from sim.model.scenario import load_scenario, with_overrides
+from sim.model.streams import CallDrawBank, Streams
+from sim.rare import nines as nines_module
+from sim.rare.nines import estimate_nines
+from sim.rare.tilt import SlotTilt, Tilt, TiltedDrawBank, identity_tilt, slot_keys
+from sim.rare.weighted import WeightedTally, cross_entropy_update, plain_runs_needed
+from tests.helpers import REPO_ROOT
+
+CHAIN = REPO_ROOT / "tests" / "data" / "nines-chain.yaml"
+
+
+def chain_exact(deadline_s: float) -> float:
+    """The chain's exact miss probability (its YAML's laws: five steps, 300 tokens each)."""
+    return chain_miss_probability(
+        5,
+        LogNormal.from_median_p99(0.8, 4.0),
+        LogNormal.from_median_p99(60, 110),
+        300,
+        0.05,
+        LogNormal.from_median_p99(8, 30),
+        deadline_s,
+    )
+
+
+def test_an_identity_tilt_draws_exactly_the_plain_bank() -> None:
+    keys = slot_keys(["a", "b"], 2)
+    plain = identity_tilt(keys, {"a": (0.05, 0.01), "b": (0.05, 0.0)})
+    tilted = TiltedDrawBank(Streams(3, "main").child("calls"), 500, [plain], [1.0])
+    bank = CallDrawBank(Streams(3, "main").child("calls"), 500)
+    for step, attempt in keys:
+        assert np.array_equal(tilted.uniforms(step, attempt, 0), bank.uniforms(step, attempt, 0))
+    assert np.array_equal(tilted.uniforms("a", 5, 0), bank.uniforms("a", 5, 0))  # untilted slot
+    assert np.all(tilted.weight == 1.0)
+
+
+def test_a_tilt_moves_the_inputs_and_its_weights_average_one() -> None:
+    # E_q[w] = 1 exactly; 200,000 draws: the mean's SE is about 0.004 here, tolerance 4 SE
+    keys = slot_keys(["a"], 1)
+    tilt = Tilt({("a", 0): SlotTilt((2.0, -1.0, 1.5), (0.05, 0.02), (0.4, 0.1))})
+    plain = identity_tilt(keys, {"a": (0.05, 0.02)})
+    bank = TiltedDrawBank(Streams(5).child("calls"), 200_000, [plain, tilt], [0.1, 0.9])
+    u = bank.uniforms("a", 0, 0)
+    w = bank.weight
+    assert abs(w.mean() - 1) < 4 * w.std() / math.sqrt(len(w))
+    assert 0.36 < (u[:, U_STALL] < 0.05).mean() < 0.38  # 0.1 * 0.05 + 0.9 * 0.4 = 0.365
+    assert w.max() <= 1 / 0.1 + 1e-9  # the defensive share bounds every weight
+    # the weighted first-token tail is the plain one: P(z > 2) = 0.02275
+    est = float(np.mean(w * (u[:, U_TTFT] > 0.97725)))
+    assert abs(est - 0.02275) < 0.0015
+
+
+def test_the_weighted_tally_follows_its_formulas() -> None:
+    t = WeightedTally()
+    t.add(np.array([2.0, 0.5, 1.0, 4.0]), np.array([True, False, True, False]))
+    assert t.n == 4
+    assert t.hits == 2
+    assert t.estimate == pytest.approx(0.75)
+    x = np.array([2.0, 0.0, 1.0, 0.0])
+    assert t.standard_error == pytest.approx(x.std(ddof=1) / 2)
+    assert t.ess == pytest.approx(9 / 5)
+    assert t.max_share == pytest.approx(2 / 3)
+    empty = WeightedTally()
+    empty.add(np.ones(100), np.zeros(100, dtype=bool))
+    assert empty.interval(10.0) == (0.0, pytest.approx(0.3))
+    assert empty.relative_error == math.inf
+    assert plain_runs_needed(1e-4) == pytest.approx(1.959964**2 * (1 - 1e-4) / 1e-6, rel=1e-5)
+
+
+def test_cross_entropy_fits_the_conditional_mean_and_share() -> None:
+    # event: first-token z > 2 or a stall; CE's exact answer from the plain draws: theta =
+    # E[z | event], stall share = P(stall | event); 100,000 draws, tolerance ~5 SE
+    keys = slot_keys(["a"], 1)
+    plain = identity_tilt(keys, {"a": (0.05, 0.0)})
+    bank = TiltedDrawBank(Streams(9).child("calls"), 100_000, [plain], [1.0])
+    sample = bank.samples[("a", 0)]
+    event = (sample.z[:, 0] > 2) | (sample.uniforms[:, U_STALL] < 0.05)
+    fitted = cross_entropy_update(plain, bank.samples, bank.weight * event, smoothing=1.0)
+    s = fitted.slots[("a", 0)]
+    assert s.theta[0] == pytest.approx(sample.z[event, 0].mean(), abs=1e-9)
+    p_event = 0.02275 + 0.05 - 0.02275 * 0.05
+    assert s.mass[0] == pytest.approx(0.05 / p_event, abs=0.02)
+
+
+def test_the_chain_estimate_covers_the_exact_miss_in_18_of_20_seeds() -> None:
+    """Must-show (a): deadline 110 s, exact miss 1.18e-5 (FFT); each seed's run stops at +-10%
+    (all do well inside its budget); a 95% interval misses the truth 1 time in 20 on average,
+    so 3 or more misses in 20 has probability 0.075 if the intervals are right (binomial)."""
+    scenario = load_scenario(CHAIN)
+    exact = chain_exact(scenario.deadline_s)
+    assert 1.1e-5 < exact < 1.3e-5
+    covered, rel_errors = 0, []
+    for seed in range(20):
+        row = estimate_nines(scenario, None, 0.1, 600, seed=seed, attempts=1).table.iloc[0]
+        covered += row["ci_lo"] <= exact <= row["ci_hi"]
+        rel_errors.append(row["rel_error"])
+    assert covered >= 18, covered
+    assert max(rel_errors) <= 0.1
+
+
+def test_the_exact_chain_matches_plain_monte_carlo_where_it_is_cheap() -> None:
+    # deadline 40 s: exact 0.1217; 20,000 plain runs: SE 0.0023, tolerance 4 SE
+    scenario = with_overrides(load_scenario(CHAIN), {"deadline_s": 40.0})
+    plain = estimate_nines(scenario, None, 1e-9, 600, method="plain", max_runs=20_000)
+    row = plain.table.iloc[0]
+    exact = chain_exact(40.0)
+    assert abs(row["miss_probability"] - exact) < 4 * math.sqrt(exact * (1 - exact) / row["runs"])
+    assert chain_exact(40.0) == pytest.approx(
+        chain_miss_probability(5, LogNormal.from_median_p99(0.8, 4.0),
+                               LogNormal.from_median_p99(60, 110), 300, 0.05,
+                               LogNormal.from_median_p99(8, 30), 40.0, dx=0.0025),
+        rel=1e-3,
+    )  # fmt: skip
+
+
+def test_importance_sampling_agrees_with_plain_runs_near_1e_3() -> None:
+    """Must-show (b), small: the default scenario at deadline 120 s, hedge (miss ~2.6e-3):
+    the rare-event estimate against 150,000 plain runs, within 3 joint standard errors."""
+    scenario = with_overrides(load_scenario(REPO_ROOT / "scenarios" / "default.yaml"),
+                              {"deadline_s": 120.0})  # fmt: skip
+    rare = estimate_nines(scenario, ["hedge"], 0.1, 600, seed=1).table.iloc[0]
+    plain = estimate_nines(scenario, ["hedge"], 1e-9, 600, seed=2, method="plain",
+                           max_runs=150_000).table.iloc[0]  # fmt: skip
+    se = math.hypot(rare["ci_hi"] - rare["ci_lo"], plain["ci_hi"] - plain["ci_lo"]) / (2 * 1.96)
+    assert abs(rare["miss_probability"] - plain["miss_probability"]) < 3 * se
+    assert rare["runs"] + rare["pilot_runs"] < plain["runs"]
+    assert rare["rel_error"] <= 0.1
+
+
+def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a wild tilt without the defensive share: a few draws carry the estimate; the run must
+    # say so and finish with plain sampling (wait misses 16% at 90 s: plain is cheap there)
+    scenario = load_scenario(REPO_ROOT / "scenarios" / "default.yaml")
+
+    def wild(setup, name, start, n, seed, estimates, until):  # type: ignore[no-untyped-def]
+        slots = {k: SlotTilt((-3.0, 3.0, -3.0), s.cut, (0.9, s.mass[1])) for k, s in
+                 start.slots.items()}  # fmt: skip
+        return Tilt(slots), Tilt(slots)
+
+    monkeypatch.setattr(nines_module, "_fit", wild)
+    monkeypatch.setattr(nines_module, "DEFENSIVE", 1e-12)  # the vectorized engine's share
+    result = estimate_nines(scenario, ["wait"], 0.1, 600, seed=4)
+    row = result.table.iloc[0]
+    assert result.fallback
+    assert row["method"] == "plain"
+    assert bool(row["fallback"])
+    assert any("degenerate" in w for w in result.warnings)
+    assert abs(row["miss_probability"] - 0.168) < 0.02  # tailsim run's 83.2% hit rate
+
+
+def test_the_bundled_scenario_tells_apart_at_99_99_what_99_cannot(tmp_path: Path) -> None:
+    """Must-show (d): on scenarios/nines.yaml a plain run of its 20,000 requests gives race and
+    hedge overlapping 95% CIs; `tailsim nines` separates them and says so."""
+    from sim.study.runner import run  # noqa: PLC0415
+
+    scenario = load_scenario(REPO_ROOT / "scenarios" / "nines.yaml")
+    summary = run(scenario, records="none").summary.set_index("policy")
+    assert summary.at["race", "hit_rate"] >= 0.99
+    assert summary.at["hedge", "hit_rate"] >= 0.99
+    assert summary.at["race", "hit_rate_lo"] <= summary.at["hedge", "hit_rate_hi"]
+    assert summary.at["hedge", "hit_rate_lo"] <= summary.at["race", "hit_rate_hi"]
+    out = tmp_path / "n"
+    result = CliRunner().invoke(main, ["nines", str(REPO_ROOT / "scenarios" / "nines.yaml"),
+                                       "--out", str(out), "--no-plot"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "race misses less than hedge: their 95% CIs do not overlap" in result.output
+    table = (out / "nines.csv").read_text().splitlines()
+    header = table[0].split(",")
+    for column in (
+        "policy",
+        "miss_probability",
+        "ci_lo",
+        "ci_hi",
+        "rel_error",
+        "runs",
+        "seconds",
+        "fail_probability",
+        "ess",
+        "max_weight_share",
+        "fallback",
+        "tilt",
+    ):
+        assert column in header  # fmt: skip
+    assert (out / "tilt.txt").exists()
+    assert not (out / "figures").exists()
+
+
+def test_nines_refuses_bad_input_with_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "n"
+    result = CliRunner().invoke(main, ["nines", str(CHAIN), "-p", "nope", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "unknown policy 'nope'" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+    result = CliRunner().invoke(main, ["nines", str(CHAIN), "--target-rel-error", "0"])
+    assert result.exit_code == 2
+
+
+def test_nines_writes_the_figure(tmp_path: Path) -> None:
+    out = tmp_path / "n"
+    result = CliRunner().invoke(main, ["nines", str(CHAIN), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "figures" / "nines.png").stat().st_size > 1000
+    assert "99.99" in result.output  # the hit rate as nines
+
+
+def test_the_event_engine_estimate_holds_where_nothing_is_shared() -> None:
+    """The chain on the event engine (10,000 slots: nothing binds, so the weights are exact):
+    deadline 72.5 s, exact miss 1.0e-3; the 95% CI of the seeded run covers it, and the run
+    stopped at the target."""
+    scenario = with_overrides(load_scenario(CHAIN), {"deadline_s": 72.5})
+    exact = chain_exact(72.5)
+    row = estimate_nines(scenario, None, 0.1, 600, seed=3, engine="des", attempts=1).table.iloc[0]
+    assert row["engine"] == "des"
+    assert row["ci_lo"] <= exact <= row["ci_hi"]
+    assert row["rel_error"] <= 0.1
+
+
+def test_the_jump_update_gives_the_big_jump_to_one_step() -> None:
+    """Elite: some step drew a stall with length score z > 2 (five alike steps, pooled). The
+    EM step must put the long stall in the jump tilt (likely stall, shifted length) and leave
+    the background near the plain law: the elite draw's other steps are ordinary."""
+    from sim.rare.weighted import jump_update  # noqa: PLC0415
+
+    steps = [f"s{i}" for i in range(5)]
+    keys = slot_keys(steps, 1)
+    plain = identity_tilt(keys, dict.fromkeys(steps, (0.05, 0.0)))
+    bank = TiltedDrawBank(Streams(13).child("calls"), 100_000, [plain], [1.0])
+    jumped = np.zeros(100_000, dtype=bool)
+    for key in keys:
+        sample = bank.samples[key]
+        jumped |= (sample.uniforms[:, U_STALL] < 0.05) & (sample.z[:, 2] > 2)
+    groups = dict.fromkeys(steps, "alike")
+    background, jump = jump_update(plain, plain, bank.samples, bank.weight * jumped, groups)
+    b, j = background.slots[("s0", 0)], jump.slots[("s0", 0)]
+    assert j.mass[0] > 0.5  # P(stall) raised from 0.05 in the jump (the guess's 0.5 or more)
+    assert j.theta[2] > 1.5  # the jump's stalls long: E[z | z > 2] = 2.37, smoothed
+    assert b.mass[0] < 0.15  # the background's steps stall about as often as plain ones
+    assert abs(b.theta[2]) < 1.0
