@@ -1,20 +1,17 @@
-"""The hit-rate interval of a sweep point: Wilson over the pooled runs, widened only by the
-spread between replications that exceeds binomial noise (docs/metrics.md)."""
+"""The hit-rate interval of a sweep point (sim.analysis.aggregate): Wilson over the pooled runs,
+widened only by the spread between replications that exceeds binomial noise (docs/metrics.md).
+A real sweep's band is in tests/integration/test_sweep_interval.py."""
 
 from __future__ import annotations
 
-import copy
 import math
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-import sim
 from sim.analysis.aggregate import aggregate_replications, hit_rate_interval, wilson_score
 from sim.analysis.analytic import wilson_interval
-from sim.model.scenario import scenario_from_dict
 
 
 def _width(lo: float, hi: float) -> float:
@@ -64,36 +61,6 @@ def test_replications_that_truly_differ_widen_the_band() -> None:
     assert lo < 0.8 < hi
     assert lo > 0.0
     assert hi < 1.0
-
-
-def _two_point_sweep(contract_data: dict[str, Any]) -> pd.DataFrame:
-    """wait on the contract at 24 slots (overloaded) and 512 (idle), 2 replications, 300 runs."""
-    data = copy.deepcopy(contract_data)
-    data["sweep"] = {"grid": {"providers.direct.concurrency": [24, 512]}, "replications": 2}
-    result = sim.sweep(scenario_from_dict(data), requests=300, policies=["wait"])
-    return result.summary
-
-
-def test_a_real_sweep_band_is_binomial_within_a_point_and_wide_across_laws(
-    contract_data: dict[str, Any],
-) -> None:
-    stacked = _two_point_sweep(contract_data)
-    key = "providers.direct.concurrency"
-    same = aggregate_replications(stacked, [key]).set_index(key).loc[512]
-    successes = round(same["hit_rate"] * same["runs"])
-    binomial = _width(*wilson_interval(successes, int(same["runs"])))
-    # The seeded replications at 512 slots agree within noise (phi < 1 on these draws), so the
-    # band is the pooled binomial one exactly.
-    assert same["hit_rate_ci"] == "wilson"
-    assert _width(same["hit_rate_lo"], same["hit_rate_hi"]) == pytest.approx(binomial)
-    # The same four runs' tables, the two concurrencies labelled as replications of one point:
-    # truly different laws (hit rate ~9% vs ~83%), and the band must say so.
-    mixed = stacked[stacked["replication"] == 0].assign(**{key: "mixed"})
-    row = aggregate_replications(mixed, [key]).iloc[0]
-    assert row["hit_rate_ci"] == "wilson+spread"
-    assert row["hit_rate_dispersion"] > 10
-    pooled = _width(*wilson_interval(round(row["hit_rate"] * row["runs"]), int(row["runs"])))
-    assert _width(row["hit_rate_lo"], row["hit_rate_hi"]) > 4 * pooled
 
 
 def test_the_printed_sweep_table_marks_widened_bands() -> None:

@@ -1,25 +1,20 @@
 """A bounded tail fitted: the truncated lognormal's MLE recovers its parameters, BIC finds a
 real ceiling and does not invent one, and the fitted block is the law the simulator draws.
-A parametric fit that KS rejects at 1% falls back to the calls themselves (`dist: empirical`,
-written beside the fitted file, found from a scenario in another folder that includes it)."""
+A parametric fit that KS rejects at 1% falls back to the calls themselves (`dist: empirical`);
+the files `tailsim fit` writes for it are in tests/integration/test_fit.py."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from click.testing import CliRunner
 
 from sim.calibration.marginals import _bounded, fit_stall_mixture, fit_truncated_lognormal
 from sim.calibration.report import fit_one, ks_p_value
-from sim.cli import main
 from sim.model.config import DistSpec
 from sim.model.latency import LogNormal, build_distribution
-from sim.model.scenario import load_scenario
 
 
 def test_truncated_mle_recovers_mu_sigma_and_the_ceiling() -> None:
@@ -65,7 +60,7 @@ def test_fitted_block_is_the_law_the_simulator_draws() -> None:
     assert law.quantile(1.0) <= block["max"]
 
 
-def _calls(latency: np.ndarray) -> pd.DataFrame:
+def calls_table(latency: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "provider": "p",
@@ -78,7 +73,7 @@ def _calls(latency: np.ndarray) -> pd.DataFrame:
     )
 
 
-def _three_modes(seed: int, n: int = 200) -> np.ndarray:
+def three_modes(seed: int, n: int = 200) -> np.ndarray:
     rng = np.random.default_rng(seed)
     modes = (0.3, 1.0, 3.0)
     return np.concatenate([np.exp(np.log(m) + 0.05 * rng.standard_normal(n)) for m in modes])
@@ -87,7 +82,7 @@ def _three_modes(seed: int, n: int = 200) -> np.ndarray:
 def test_a_rejected_fit_falls_back_to_the_calls_and_a_good_one_stays() -> None:
     """Three modes (600 calls): lognormal + stall fails KS (measured D 0.23, p 1e-28), so the
     calls are replayed, said in the notes; 600 lognormal calls keep their fit (p 0.6)."""
-    three = fit_one(_calls(_three_modes(6)), "p", "m", "auto", 0)
+    three = fit_one(calls_table(three_modes(6)), "p", "m", "auto", 0)
     assert three.fit.mode == "empirical"
     assert any(
         note.startswith("empirical: the total_time fit fails KS at 1%") for note in three.fit.notes
@@ -99,34 +94,11 @@ def test_a_rejected_fit_falls_back_to_the_calls_and_a_good_one_stays() -> None:
         "column": "latency_s",
     }
     plain = fit_one(
-        _calls(np.exp(0.3 * np.random.default_rng(7).standard_normal(600))), "p", "m", "auto", 0
+        calls_table(np.exp(0.3 * np.random.default_rng(7).standard_normal(600))),
+        "p",
+        "m",
+        "auto",
+        0,
     )
     assert plain.fit.mode == "total_time"
     assert ks_p_value(plain) > 0.01
-
-
-def test_fit_writes_the_samples_beside_the_fitted_file(tmp_path: Path) -> None:
-    """`--out fits/f.yaml` writes fits/f.p.m.csv; a scenario in another folder includes the
-    fitted file and replays exactly the log's calls."""
-    latency = _three_modes(6)
-    log = tmp_path / "calls.csv"
-    _calls(latency)[["provider", "model", "latency_s"]].to_csv(log, index=False)
-    (tmp_path / "fits").mkdir()
-    out = tmp_path / "fits" / "f.yaml"
-    result = CliRunner().invoke(main, ["fit", str(log), "--no-extras", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    samples = tmp_path / "fits" / "f.p.m.csv"
-    assert samples.exists()
-    block = yaml.safe_load(out.read_text())["providers"]["p"]["serves"]["m"]
-    assert block["ttft_s"] == {"dist": "empirical", "file": "f.p.m.csv", "column": "latency_s"}
-    (tmp_path / "runs").mkdir()
-    scenario = tmp_path / "runs" / "s.yaml"
-    scenario.write_text(
-        "name: s\ninclude: ../fits/f.yaml\n"
-        "workflow: {steps: [{id: a, model: m, provider: p, output_tokens: 20}]}\n"
-        "policies: {wait: {kind: wait}}\n"
-    )
-    loaded = load_scenario(scenario)
-    replayed = loaded.providers["p"].serves["m"].ttft_s.samples
-    assert replayed is not None
-    np.testing.assert_allclose(replayed, np.sort(latency), rtol=1e-5)  # written to 6 digits

@@ -1,25 +1,19 @@
-"""The fit extras (sim.calibration.extras and its modules) and `tailsim synth`: each extra
-recovers known parameters from logs drawn with them, and is not reported where it is absent.
+"""The fit extras (sim.calibration.extras and its modules) and synth: each extra recovers known
+parameters from logs drawn with them, and is not reported where it is absent.
 
 Every statistical test fixes its seeds; tolerances are stated against the standard errors."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from click.testing import CliRunner
 
 from sim.calibration.arrivals import fit_arrivals
-from sim.calibration.calllog import CALL_LOG_COLUMNS
 from sim.calibration.episodes import fit_spells
 from sim.calibration.extras import fit_extras
 from sim.calibration.overhead import fit_overhead
 from sim.calibration.synth import calls_to_log, synth_calls
-from sim.cli import main
 from sim.model.arrivals import arrival_times
 from sim.model.config import ArrivalsSpec
 from sim.model.scenario import scenario_from_dict
@@ -201,35 +195,6 @@ def test_arrivals_poisson_bursty_and_azure() -> None:
     assert azure.block["kind"] == "bursty"
     mean_rate = (len(stamps) - 1) / (stamps.max() - stamps.min())
     assert abs(azure.block["rate_per_s"] / mean_rate - 1) < 0.1, (azure.block, mean_rate)
-
-
-def test_synth_command_writes_the_call_log(tmp_path: Path) -> None:
-    """`tailsim synth` writes the normalized call log's columns; bad input exits 2 with nothing
-    written."""
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump(small_scenario()))
-    target = tmp_path / "trace.csv"
-    result = CliRunner().invoke(main, ["synth", str(scenario), "--out", str(target), "-n", "50"])
-    assert result.exit_code == 0, result.output
-    log = pd.read_csv(target)
-    assert list(log.columns) == list(CALL_LOG_COLUMNS)
-    assert len(log) >= 150
-    assert set(log["status"]) <= {"ok", "error", "invalid"}
-    assert (log["latency_s"] >= log["ttft_s"]).all()
-    assert log["request_id"].nunique() == 50
-    bad = CliRunner().invoke(main, ["synth", str(scenario), "--out", str(tmp_path)])
-    assert bad.exit_code == 2
-    assert "folder" in bad.output
-    missing = tmp_path / "none.csv"
-    absent = CliRunner().invoke(main, ["synth", str(tmp_path / "no.yaml"), "--out", str(missing)])
-    assert absent.exit_code == 2
-    assert not missing.exists()
-    unknown = CliRunner().invoke(
-        main, ["synth", str(scenario), "--out", str(missing), "--policy", "x"]
-    )
-    assert unknown.exit_code == 2
-    assert "unknown policy" in unknown.output
-    assert not missing.exists()
 
 
 def test_calls_to_log_maps_outcomes_and_overhead() -> None:

@@ -1,5 +1,5 @@
-"""Reading call logs for `tailsim fit`: CSV / Parquet / OTLP JSON, --columns, garbage by kind
-with row numbers (skipped, or exit 2 under --strict), chunked reading, and `include:`."""
+"""Reading call logs for the fit (sim.calibration.log_readers, calllog, otlp): CSV / Parquet /
+OTLP JSON, column maps, garbage by kind with row numbers, chunked reading, and `include:`."""
 
 from __future__ import annotations
 
@@ -9,22 +9,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-from click.testing import CliRunner
 
 from sim.calibration import log_readers
 from sim.calibration.calllog import CALL_LOG_COLUMNS
 from sim.calibration.log_readers import parse_columns, read_call_logs
-from sim.calibration.synth import synth_calls
-from sim.cli import main
 from sim.model.errors import ScenarioError
-from sim.model.scenario import load_scenario, scenario_from_dict
+from sim.model.scenario import load_scenario
 
 GOOD = "2024-04-15T08:00:00,p,m,100,20,0.3,1.2,ok"
 CSV_HEAD = "timestamp,provider,model,input_tokens,output_tokens,ttft_s,latency_s,status"
 
 
-def _garbage_csv(path: Path) -> Path:
+def garbage_csv(path: Path) -> Path:
     rows = [
         GOOD,  # 1
         "2024-04-15T08:00:01,p,m,100,20,0.3,-1.0,ok",  # 2 negative latency
@@ -41,7 +37,7 @@ def _garbage_csv(path: Path) -> Path:
 
 
 def test_garbage_is_counted_by_kind_with_row_numbers(tmp_path: Path) -> None:
-    path = _garbage_csv(tmp_path / "log.csv")
+    path = garbage_csv(tmp_path / "log.csv")
     calls, report = read_call_logs([path])
     garbage = report[str(path)]
     assert garbage.rows_read == 9
@@ -100,7 +96,7 @@ def test_a_log_without_latency_is_refused(tmp_path: Path) -> None:
 
 
 def test_parquet_reads_as_csv(tmp_path: Path) -> None:
-    csv = _garbage_csv(tmp_path / "log.csv")
+    csv = garbage_csv(tmp_path / "log.csv")
     frame = pd.read_csv(csv, dtype=str)
     parquet = tmp_path / "log.parquet"
     frame.to_parquet(parquet)
@@ -179,69 +175,6 @@ def test_otlp_genai_spans(tmp_path: Path) -> None:
     assert len(read_call_logs([lines])[0]) == 6
 
 
-def test_fit_strict_exits_2_and_writes_nothing(tmp_path: Path) -> None:
-    path = _garbage_csv(tmp_path / "log.csv")
-    out = tmp_path / "fitted.yaml"
-    result = CliRunner().invoke(main, ["fit", str(path), "--strict", "--out", str(out)])
-    assert result.exit_code == 2
-    assert "6 of 9 rows skipped (--strict: rejected)" in result.output
-    assert "negative latency: 1 row (e.g. row 2)" in result.output
-    assert list(tmp_path.iterdir()) == [path]
-
-
-def test_fit_unknown_file_and_format_exit_2(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["fit", str(tmp_path / "none.csv")])
-    assert result.exit_code == 2
-    assert "file not found" in result.output
-    other = tmp_path / "log.xlsx"
-    other.write_text("x")
-    result = CliRunner().invoke(main, ["fit", str(other)])
-    assert result.exit_code == 2
-    assert "unknown log format" in result.output
-    assert "Traceback" not in result.output
-
-
-def test_fit_writes_a_block_a_scenario_includes(tmp_path: Path) -> None:
-    """Garbage skipped (said on stderr), a fitted file written, and a scenario that includes it
-    loads with the fitted serving; the scenario's own model entry wins."""
-    rng = np.random.default_rng(4)
-    n = 400
-    ttft = np.exp(np.log(0.5) + 0.4 * rng.standard_normal(n))
-    frame = pd.DataFrame(
-        {
-            "provider": "acme/eu",
-            "model": "m1",
-            "output_tokens": 100,
-            "ttft_s": ttft,
-            "latency_s": ttft + 100 / np.exp(np.log(50) + 0.2 * rng.standard_normal(n)),
-        }
-    )
-    path = tmp_path / "calls.csv"
-    frame.to_csv(path, index=False)
-    with path.open("a") as handle:
-        handle.write("acme/eu,m1,100,0.5,-3\n")
-    out = tmp_path / "fitted.yaml"
-    result = CliRunner().invoke(main, ["fit", str(path), "--out", str(out), "--min-calls", "50"])
-    assert result.exit_code == 0, result.output
-    assert f"negative latency: 1 row (e.g. row {n + 1})" in result.output
-    for name in ("fitted.yaml", "fitted.report.csv", "fitted.buckets.csv", "fitted.png"):
-        assert (tmp_path / name).exists()
-    report = pd.read_csv(tmp_path / "fitted.report.csv")
-    assert report.loc[0, "n"] == n
-    assert report.loc[0, "provider"] == "acme/eu"
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(
-        "name: s\ninclude: fitted.yaml\nmodels: {m1: {price_per_mtok: {input: 1, output: 2}}}\n"
-        "workflow: {steps: [{id: a, model: m1, output_tokens: 100}]}\n"
-        "policies: {wait: {kind: wait}}\n"
-    )
-    loaded = load_scenario(scenario)
-    serving = loaded.providers["acme-eu"].serves["m1"]
-    assert serving.ttft_s.median == pytest.approx(0.5, rel=0.1)
-    assert serving.tokens_per_s.median == pytest.approx(50, rel=0.05)
-    assert loaded.models["m1"].price_per_mtok.output == 2
-
-
 def test_include_errors_name_the_key(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text("name: s\ninclude: missing.yaml\n")
@@ -250,73 +183,6 @@ def test_include_errors_name_the_key(tmp_path: Path) -> None:
     scenario.write_text("name: s\ninclude: [1]\n")
     with pytest.raises(ScenarioError, match="expected a file path"):
         load_scenario(scenario)
-
-
-def test_fit_places_spells_and_fits_the_serving_outside_them(tmp_path: Path) -> None:
-    """A synthetic log with bad spells (every 100 s, 10 s long, 2x slower; `tailsim synth`'s
-    engine): the fitted file carries `providers.p.episodes`, and p's serving is fitted on the
-    calls outside spells, so the spells are not counted twice: its median total (first token +
-    300 tokens at the median speed, 5.5 s) within 4% (SE of a median of ~4,500 calls ~0.6%; a
-    fit on every call, spells included, would be ~8% slower)."""
-    spec = {
-        "name": "spells",
-        "seed": 3,
-        "deadline_s": 1e6,
-        "arrivals": {"kind": "poisson", "rate_per_s": 1.0},
-        "models": {"m": {}},
-        "providers": {
-            "p": {
-                "episodes": {"every_s": 100, "last_s": 10, "slowdown": 2.0},
-                "serves": {
-                    "m": {
-                        "ttft_s": {"median": 0.5, "p99": 2.0},
-                        "tokens_per_s": {"median": 60, "p99": 110},
-                    }
-                },
-            }
-        },
-        "workflow": {"steps": [{"id": "a", "model": "m", "output_tokens": 300}]},
-        "policies": {"wait": {"kind": "wait"}},
-    }
-    path = tmp_path / "spells.csv"
-    synth_calls(scenario_from_dict(spec), requests=5000).to_csv(path, index=False)
-    out = tmp_path / "fitted.yaml"
-    result = CliRunner().invoke(main, ["fit", str(path), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    text = out.read_text()
-    assert "calls outside bad spells" in text
-    fitted = yaml.safe_load(text)
-    spells = fitted["providers"]["p"]["episodes"]
-    assert spells["slowdown"] == pytest.approx(2.0, rel=0.2)
-    report = pd.read_csv(tmp_path / "fitted.report.csv")
-    assert report.loc[0, "p50_fit_s"] == pytest.approx(0.5 + 300 / 60, rel=0.04)
-    assert "episodes" in report.loc[0, "extras"]
-
-
-def test_by_groups_and_rejects_unknown_columns(tmp_path: Path) -> None:
-    rng = np.random.default_rng(9)
-    rows = [
-        {"provider": provider, "model": "m", "latency_s": float(x)}
-        for provider, scale in (("a", 1.0), ("b", 3.0))
-        for x in np.exp(np.log(scale) + 0.3 * rng.standard_normal(200))
-    ]
-    path = tmp_path / "two.csv"
-    pd.DataFrame(rows).to_csv(path, index=False)
-    out = tmp_path / "f.yaml"
-    result = CliRunner().invoke(main, ["fit", str(path), "--no-extras", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    fitted = yaml.safe_load(out.read_text())
-    assert set(fitted["providers"]) == {"a", "b"}
-    medians = [fitted["providers"][p]["serves"]["m"]["ttft_s"]["median"] for p in ("a", "b")]
-    assert medians[1] / medians[0] == pytest.approx(3.0, rel=0.1)  # SE of each ~2%
-    result = CliRunner().invoke(
-        main, ["fit", str(path), "--no-extras", "--by", "model", "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
-    assert set(yaml.safe_load(out.read_text())["providers"]) == {"all"}
-    result = CliRunner().invoke(main, ["fit", str(path), "--by", "region"])
-    assert result.exit_code == 2
-    assert "unknown column" in result.output
 
 
 def test_typed_parquet_columns(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 Wait sequences are checked against each SDK's formula as read from its source (docs/clients.md)
 and, when the SDK is installed, against the SDK's own function with its `random()` pinned; the
-engine's handling (retry_on, per-attempt timeouts, the deadline rule, overhead) on scripted
-draws, to the exact second.
-"""
+engine's handling (sim.engine.event_calls: retry_on, per-attempt timeouts, the deadline rule,
+overhead) on scripted draws, to the exact second. Held overhead's cost in capacity (M/D/1) is
+in tests/integration/test_clients.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import simpy
 
-import sim
 from sim.calibration.synth import calls_to_log
 from sim.engine.choice import vectorized_tables
 from sim.model.backoff import retry_wait, sdk_wait
@@ -492,36 +491,3 @@ def test_resolved_presets_load_back_the_same() -> None:
     for name in ("none", "openai", "anthropic", "litellm"):
         spec = preset(name, timeout_s=3.0)
         assert SdkSpec.model_validate(spec.model_dump(mode="json")) == spec
-
-
-def test_held_overhead_costs_capacity_as_md1_predicts() -> None:
-    """One slot, Poisson arrivals at 0.6/s, 1 s of service plus 0.4 s of overhead, half held:
-    an M/D/1 queue with D = 1.2 s, so the mean latency is the Pollaczek-Khinchine wait
-    lam D^2 / (2 (1 - lam D)) = 1.543 s plus D plus the 0.2 s after the slot: 2.943 s (were
-    nothing held, D = 1.0: 2.15 s). Fixed seed; tolerance 4 standard errors from batch means
-    (50 batches of consecutive requests: queue waits are autocorrelated)."""
-    lam, service, over, held = 0.6, 1.0, 0.4, 0.5
-    d = service + over * held
-    expected = lam * d * d / (2 * (1 - lam * d)) + d + over * (1 - held)
-    data = scenario_dict(
-        [step("s1")],
-        {"p": {"kind": "wait"}},
-        deadline_s=10_000.0,
-        requests=20_000,
-        arrivals={"kind": "poisson", "rate_per_s": lam},
-        providers={
-            "p1": {
-                "concurrency": 1,
-                "serves": {"big": serving(ttft=0.5, tokens_per_s=200.0)},
-                "overhead_s": {"dist": "constant", "value": over},
-                "overhead_held": held,
-            }
-        },
-    )
-    result = sim.run(scenario_from_dict(data), engine="des")
-    latency = result.requests.sort_values("request_id")["latency_s"].to_numpy(float)
-    latency = latency[1000:]  # past the empty start
-    batches = latency[: len(latency) // 50 * 50].reshape(50, -1).mean(axis=1)
-    se = batches.std(ddof=1) / math.sqrt(len(batches))
-    assert abs(latency.mean() - expected) < 4 * se, (latency.mean(), expected, se)
-    assert se < 0.1  # tight enough to tell it from the unheld 2.15 s

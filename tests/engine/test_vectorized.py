@@ -4,25 +4,20 @@ Both engines run the same policy on the same arrivals and the same `CallDrawBank
 scenario where nothing is shared they must give the same tables: every column of every request
 (latency, ok, cost, tokens, calls, end, fail_reason, fail_step) and of every call, up to float
 rounding (rtol 1e-12). Constant latencies make the ties exact: a call ending at the deadline, at
-its cutoff, two racers ending together, a hedge timer firing as the primary ends. Then the engine
-choice: what qualifies, the limits replayed on the calls, the fallback and the forced error.
-"""
+its cutoff, two racers ending together, a hedge timer firing as the primary ends. Then what
+qualifies and the limits replayed on the calls; the engine choice of whole runs (auto, the
+fallback, forcing, the CLI's option) is in tests/integration/test_vectorized.py."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-import sim
 from sim.analysis.metrics import calls_frame, requests_frame
-from sim.cli import main
 from sim.engine import qualify
 from sim.engine.choice import vectorized_tables
 from sim.engine.simulation import Simulation
@@ -38,7 +33,7 @@ from sim.model.workflow import Workflow
 from sim.policy.build import build_policy
 from sim.policy.kinds import Sequential
 from sim.study.pilot import resolve_thresholds
-from tests.helpers import build, scenario_dict, serving, step
+from tests.helpers import build, serving, step
 
 RTOL = 1e-12
 EXACT_REQUEST_COLUMNS = [
@@ -326,15 +321,6 @@ def policy_of(scenario: Scenario, name: str) -> Any:
     return build_policy(name, scenario.policies[name], scenario, steps, {s.id: 1.0 for s in steps})
 
 
-def test_the_default_scenario_runs_vectorized_under_auto() -> None:
-    scenario = sim.load_scenario()
-    assert scenario.engine == "auto"
-    for name in scenario.policies:
-        assert qualify.qualifies(scenario, policy_of(scenario, name)) == (True, "")
-    result = sim.run(scenario, requests=200)
-    assert set(result.engines.values()) == {"vectorized"}
-
-
 def test_customer_resends_do_not_qualify() -> None:
     scenario = exact(
         {"wait": {"kind": "wait"}}, customers={"retry": {"probability": 0.5, "max": 1}}
@@ -374,49 +360,6 @@ def test_an_unknown_policy_class_does_not_qualify() -> None:
     assert not qualify.qualifies(scenario, base)[0]
 
 
-# ---------------------------------------------------------------- limits replayed on the calls
-
-
-def test_binding_slots_fall_back_to_the_event_engine_and_forcing_is_an_error() -> None:
-    data = scenario_dict(
-        [step("s1")],
-        {"wait": {"kind": "wait"}},
-        arrivals={"kind": "poisson", "rate_per_s": 5.0},
-    )
-    data["providers"]["p1"]["concurrency"] = 2
-    scenario = scenario_from_dict(data)
-    auto = sim.run(scenario, requests=100)
-    assert auto.engines == {"wait": "des"}
-    assert "concurrency" in auto.engine_notes["wait"]
-    assert (auto.requests["latency_s"] > 2.0 + 1e-9).any()  # it did queue: the limit was real
-    with pytest.raises(ScenarioError, match="concurrency"):
-        sim.run(scenario, requests=100, engine="vectorized")
-    data["providers"]["p1"]["concurrency"] = 50
-    roomy = sim.run(scenario_from_dict(data), requests=100)
-    assert roomy.engines == {"wait": "vectorized"}
-
-
-@pytest.mark.parametrize(("key", "tight", "roomy"), [("tpm", 30_000, 100_000), ("rpm", 25, 200)])
-def test_binding_quotas_fall_back(key: str, tight: int, roomy: int) -> None:
-    """100 calls of 1100 tokens at 5/s take 20 s: 110k tokens and 100 requests in all."""
-    data = scenario_dict(
-        [step("s1")], {"wait": {"kind": "wait"}}, arrivals={"kind": "poisson", "rate_per_s": 5.0}
-    )
-    data["providers"]["p1"][key] = tight
-    assert sim.run(scenario_from_dict(data), requests=100).engines == {"wait": "des"}
-    data["providers"]["p1"][key] = roomy
-    assert sim.run(scenario_from_dict(data), requests=100).engines == {"wait": "vectorized"}
-
-
-def test_forcing_des_runs_the_event_engine_with_the_same_numbers() -> None:
-    scenario = tail_scenario()
-    fast = sim.run(scenario, requests=150, policies=["race_full", "hedge_percentile"])
-    slow = sim.run(scenario, requests=150, policies=["race_full", "hedge_percentile"], engine="des")
-    assert set(fast.engines.values()) == {"vectorized"}
-    assert set(slow.engines.values()) == {"des"}
-    pd.testing.assert_frame_equal(fast.summary, slow.summary, check_exact=False, rtol=1e-9)
-
-
 def test_the_quota_check_agrees_with_replaying_the_buckets() -> None:
     """On random call sequences, the closed-form check says "never refuses" only if replaying
     `sim.model.ratelimit.Quota` admits every call, and it is rarely more careful than that (only
@@ -448,13 +391,6 @@ def test_unknown_engine_is_an_error() -> None:
         vectorized_tables(scenario, policy_of(scenario, "wait"), bank, np.zeros(1), "turbo")
 
 
-def test_engine_key_in_the_scenario() -> None:
-    scenario = exact({"wait": {"kind": "wait"}}, engine="des")
-    assert sim.run(scenario, requests=5).engines == {"wait": "des"}
-    with pytest.raises(ScenarioError):
-        build([step("s1")], {"wait": {"kind": "wait"}}, engine="fast")
-
-
 def test_branches_cut_at_the_same_instant_follow_the_event_order() -> None:
     """Two roots cut by the same timeout at the same instant, one required: which of the two
     events comes first is simpy's order, so such requests are replayed by the event engine."""
@@ -465,23 +401,6 @@ def test_branches_cut_at_the_same_instant_follow_the_event_order() -> None:
         )
         calls = assert_same(scenario, "wait", arrivals=ARRIVALS)
         assert calls["outcome"].tolist() == ["timeout", "cancelled"] * len(ARRIVALS)
-
-
-def test_cli_engine_option_run_json_and_printed_line(tmp_path: Path, write_yaml: Any) -> None:
-    data = scenario_dict([step("s1")], {"wait": {"kind": "wait"}})
-    path = write_yaml(data)
-    out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["run", str(path), "--out", str(out), "--no-plot"])
-    assert result.exit_code == 0, result.output
-    assert "engine: wait=vectorized" in result.output
-    assert json.loads((out / "run.json").read_text())["engines"] == {"wait": "vectorized"}
-    args = ["run", str(path), "--out", str(out), "--no-plot", "--force", "--engine", "des"]
-    result = CliRunner().invoke(main, args)
-    assert "engine: wait=des" in result.output
-    data["customers"] = {"retry": {"probability": 0.5, "max": 1}}
-    forced = ["run", str(write_yaml(data)), "--out", str(tmp_path / "x"), "--engine", "vectorized"]
-    result = CliRunner().invoke(main, forced)
-    assert result.exit_code == 2
 
 
 def test_a_call_slot_few_requests_need_draws_only_their_rows_of_the_bank_block() -> None:

@@ -1,11 +1,11 @@
 """A run's policies side by side (`tailsim run -e processes|dask`): the bytes of inline, progress
-lines on a non-terminal stderr, errors and Ctrl-C as inline."""
+lines on a non-terminal stderr, errors and Ctrl-C as inline, and a summaries-only run's policies
+drawing as if alone."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import signal
 import subprocess
 from pathlib import Path
@@ -17,16 +17,12 @@ import sim
 from sim.model import streams
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
-from sim.study.pilot import resolve_specs
-from sim.study.policy_pool import heaviest_first
-from sim.study.policy_run import RunPlan
-from sim.study.progress_lines import ProgressLines
 from tests.helpers import assert_exit, cli, tailsim_command
+from tests.study.test_policy_pool import POLICIES
 
 #: run.json fields that say when and where a run ran (as the sweep's manifest has its own
 #: finished_utc), not what it computed.
 RUN_SPECIFIC = ("finished_utc", "wall_s", "executor", "workers")
-POLICIES = ("cut", "race", "race_capped", "race_polite")
 
 
 @pytest.fixture
@@ -138,30 +134,6 @@ def test_ctrl_c_stops_the_workers_and_exits_130(tmp_path: Path, contended: Path)
     assert not out.exists()
 
 
-def test_progress_lines_each_tenth_and_when_slow() -> None:
-    """A line per policy per tenth of its requests, one after `every_s` without a tenth, and
-    counting again from zero when a policy starts over (its vectorized chunks dropped)."""
-    now = [0.0]
-    lines: list[str] = []
-    tick = ProgressLines(["a", "b"], 1000, lines.append, every_s=30.0, clock=lambda: now[0])
-    tick("a", 50)  # under a tenth, and soon: nothing
-    assert lines == []
-    tick("a", 60)
-    tick("b", 250)  # two tenths at once: one line
-    assert lines == ["run: a 11% (110 of 1,000 requests, 0 s)",
-                     "run: b 25% (250 of 1,000 requests, 0 s)"]  # fmt: skip
-    now[0] = 31.0
-    tick("a", 1)  # no new tenth, but half a minute since a's last line
-    assert lines[-1] == "run: a 11% (111 of 1,000 requests, 31 s)"
-    tick("a", 1)
-    assert len(lines) == 3  # it just said so
-    tick("b", -250)  # b starts over
-    tick("b", 100)
-    assert lines[-1] == "run: b 10% (100 of 1,000 requests, 31 s)"
-    tick("b", 900)
-    assert lines[-1] == "run: b 100% (1,000 of 1,000 requests, 31 s)"
-
-
 def test_quiet_prints_no_progress(tmp_path: Path, contended: Path) -> None:
     out = tmp_path / "q"
     done = cli("run", contended, "-n", "200", "-p", "race", "-q", "--no-plot", "--out", out)
@@ -176,22 +148,6 @@ def test_bad_executor_options_exit_2(tmp_path: Path, contended: Path) -> None:
     assert "--scheduler: needs --executor dask" in done.stderr
     with pytest.raises(ScenarioError, match="unknown executor 'threads'"):
         sim.run(load_scenario(contended), requests=10, executor="threads")
-
-
-def test_a_scenario_error_survives_pickling() -> None:
-    """Errors cross from workers whole: source and problems, not a one-argument rebuild."""
-    error = ScenarioError("f.yaml", [("engine", "cannot"), ("seed", "bad")])
-    back = pickle.loads(pickle.dumps(error))
-    assert (back.source, back.problems, str(back)) == (error.source, error.problems, str(error))
-
-
-def test_policies_that_start_more_calls_are_handed_out_first(contended: Path) -> None:
-    """A race (two calls at once per step) before a cut (one): the long policies start first,
-    so no worker is left with a long one at the end; ties keep the run's order."""
-    spec = load_scenario(contended)
-    plan = RunPlan(spec, spec.seed, 10, ["cut", *POLICIES[1:]], resolve_specs(spec, spec.seed),
-                   {}, "all", "auto")  # fmt: skip
-    assert heaviest_first(plan) == ["race", "race_capped", "race_polite", "cut"]
 
 
 def test_each_policy_of_a_summaries_only_run_draws_as_if_alone(

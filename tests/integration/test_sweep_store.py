@@ -1,4 +1,6 @@
-"""Sweeps at scale: executors give the same bytes, the store resumes, bad input exits 2."""
+"""Sweeps at scale through the CLI and the API: executors give the same bytes, the store pools
+replications and resumes (after a SIGKILL too), the seed names another folder, bad input exits 2
+and writes nothing."""
 
 from __future__ import annotations
 
@@ -20,10 +22,7 @@ from click.testing import CliRunner
 
 import sim
 from sim.cli import main
-from sim.model.errors import ScenarioError
-from sim.model.scenario import scenario_from_dict
 from sim.study import executors
-from sim.study.sweep import expand, replication_seed
 
 TABLES = ("summary.csv", "replications.csv")
 #: Wall-time bound on a child process: only a hang reaches it, never a loaded machine.
@@ -44,39 +43,6 @@ def tiny(scenario_file: Any) -> Path:
 
 def sweep_cli(*args: str) -> Any:
     return CliRunner().invoke(main, ["sweep", *args, "-p", "wait", "-p", "cut", "-q"])
-
-
-def test_zip_pairs_values_and_crosses_the_grid(contract_data: dict[str, Any]) -> None:
-    data = {
-        **contract_data,
-        "sweep": {
-            "grid": {"deadline_s": [60, 90]},
-            "zip": {
-                "arrivals.rate_per_s": [0.2, 0.4, 0.8],
-                "providers.direct.concurrency": [8, 16, 32],
-            },
-            "replications": 2,
-        },
-    }
-    points = expand(scenario_from_dict(data, source="z.yaml"))
-    assert len(points) == 2 * 3 * 2
-    pairs = {
-        (p.overrides["arrivals.rate_per_s"], p.overrides["providers.direct.concurrency"])
-        for p in points
-    }
-    assert pairs == {(0.2, 8), (0.4, 16), (0.8, 32)}
-    assert [p.index for p in points] == list(range(len(points)))
-    assert len({p.key() for p in points}) == len(points)
-    # the seed is the replication's, whatever the grid coordinates
-    assert {p.seed for p in points if p.replication == 1} == {replication_seed(data["seed"], 1)}
-
-
-def test_zip_lists_of_unequal_length_are_refused(contract_data: dict[str, Any]) -> None:
-    data = {**contract_data, "sweep": {"zip": {"deadline_s": [60, 90], "seed": [1]}}}
-    with pytest.raises(ScenarioError) as info:
-        scenario_from_dict(data, source="z.yaml")
-    assert "sweep.zip.seed" in info.value.render()
-    assert "equally long" in info.value.render()
 
 
 @pytest.mark.filterwarnings("error:Port .* is already in use:UserWarning")

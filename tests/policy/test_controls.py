@@ -1,5 +1,6 @@
 """Load-aware controls (sim.policy.controls): each control's law on its own, then in the engine on
-scripted timelines, then the retry budget's bound over random failure rates (hypothesis)."""
+scripted timelines (shedding counts a fast failure at the deadline and a success at its own
+time), then the retry budget's bound over random failure rates (hypothesis)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.helpers import (
     serving,
     simulate,
     step,
+    timeline,
 )
 
 
@@ -278,3 +280,30 @@ def test_retry_budget_bounds_amplification(
     assert retries < max_tokens / 2 + ratio * successes
     if error_rate > 0.5:  # and the bound is what binds, not the retries allowed
         assert retries < 4 * int((calls["outcome"] == "error").sum())
+
+
+# ----------------------------------------------------------------------------- shedding
+
+#: Shedding on 3 step times within 30 s; the deadline 10 s.
+SHED = {"kind": "wait", "controls": {"shed": {"window_s": 30, "min_samples": 3}}}
+
+
+def test_shedding_counts_a_fast_failure_at_the_deadline() -> None:
+    """Bug: a failed step counted at its own time (0.1 s) instead of at the deadline. Every
+    call fails with an error after 0.1 s; three failures count 10 s each, so the expected time
+    of the next run is 10 s, not below the 10 s deadline: runs 3 and 4 are shed. With the bug
+    the expected time is 0.1 s and nothing is ever shed."""
+    scenario = build(policies={"w": SHED}, deadline_s=10.0)
+    bank = ScriptedBank({}, n_requests=5, default=error(0.1))
+    result = simulate(scenario, "w", bank, [0.0, 1.0, 2.0, 3.0, 4.0])
+    reasons = result.requests.sort_values("request_id")["fail_reason"].tolist()
+    assert reasons == ["error"] * 3 + ["shed"] * 2
+    assert timeline(result.calls)[-1][4] == 2.0  # the shed runs made no call
+
+
+def test_shedding_counts_a_success_at_its_own_time() -> None:
+    """The other side: answered steps count their own 2 s, below the 3 s deadline, so nothing
+    is shed (a shedder counting every step at the deadline would shed runs 3 and 4)."""
+    scenario = build(policies={"w": SHED}, deadline_s=3.0)
+    result = simulate(scenario, "w", ScriptedBank({}, 5, ok()), [0.0, 1.0, 2.0, 3.0, 4.0])
+    assert result.requests["ok"].all()

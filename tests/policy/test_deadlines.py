@@ -1,9 +1,9 @@
 """One deadline through every step (issue 9): the seed's fault suite, propagation on and off,
 budgets kept apart, deadline-aware admission, tool steps and their action records.
 
-Timelines are exact: constant latencies and scripted draws (tests/unit/helpers.py), so each
-assertion is to the scheduled second.
-"""
+Timelines are exact: constant latencies and scripted draws (tests/helpers.py), so each
+assertion is to the scheduled second. Every policy kind taking the keys in a whole run is in
+tests/integration/test_deadlines.py."""
 
 from __future__ import annotations
 
@@ -13,14 +13,12 @@ from typing import Any
 
 import pytest
 
-import sim
 from sim.analysis.metrics import SUMMARY_METRICS, summarize
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.rows import CONFIRMED, PLANNED, UNKNOWN
 from sim.model.scenario import scenario_from_dict
 from sim.policy.actions import actions_frame
-from sim.policy.deadlines import rules_for
 from sim.policy.perstep import effective_specs
 from tests.helpers import (
     Draw,
@@ -459,44 +457,6 @@ def test_new_metrics_and_keys_are_documented(repo_root: Path) -> None:
         "idempotent",
     ):  # fmt: skip
         assert f"`{key}`" in fmt, key
-
-
-# ----------------------------------------------------------------------------- every policy kind
-
-
-def _orphaning(policies: dict[str, Any]) -> Scenario:
-    """One 11 s step (1 s to first token, 1000 tokens at 100/s) against a 5 s deadline."""
-    law = {"ttft_s": const(1.0), "tokens_per_s": const(100.0)}
-    return build(
-        [step("s1", output_tokens=1000)],
-        policies,
-        deadline_s=5.0,
-        providers={"p1": {"serves": {model: dict(law) for model in ("big", "small")}}},
-    )
-
-
-def test_every_policy_kind_takes_the_deadline_keys() -> None:
-    """adaptive, draft and per_step carry propagate_deadline and admission like the others
-    (one PolicyBase), and the run follows them: without propagation every call outlives its
-    request's deadline as orphan work."""
-    off = {"propagate_deadline": False}
-    s = _orphaning(
-        {
-            "wait": {"kind": "wait"},
-            "adaptive": {"kind": "adaptive", "cutoff": 100, "attempts": 1, **off},
-            "draft": {"kind": "draft", "model": "small", "admission": {"expected": 0.5}, **off},
-            "mixed": {"kind": "per_step", "steps": {"s1": "wait"}, **off},
-        }
-    )
-    for name in ("adaptive", "draft", "mixed"):
-        assert s.policies[name].propagate_deadline is False, name
-        assert rules_for(s, name).propagate is False, name
-    assert rules_for(s, "draft").expected == {"s1": 0.5}
-    summary = sim.run(s, requests=3, policies=["wait", "adaptive", "mixed"]).summary
-    orphans = summary.set_index("policy")["orphan_calls"]
-    assert orphans["wait"] == 0
-    assert orphans["adaptive"] == 3
-    assert orphans["mixed"] == 3
 
 
 @pytest.mark.parametrize("key", ["propagate_deadline", "admission"])

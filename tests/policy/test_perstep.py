@@ -1,17 +1,13 @@
 """sim.policy.perstep: per-step entries (names, overrides, whole policies, step maps) and their
-errors."""
+errors. Whole runs of step maps are in tests/integration/test_perstep.py."""
 
 from __future__ import annotations
 
 import pytest
 
-import sim
 from sim.model.config import CutPolicy, RacePolicy, WaitPolicy
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
-from sim.model.workflow import Workflow
-from sim.policy.build import build_resolved
-from sim.policy.kinds import PerStep
 from sim.policy.perstep import effective_specs
 from tests.helpers import build, scenario_dict, step
 
@@ -36,19 +32,6 @@ def test_entries_name_override_or_replace() -> None:
     assert isinstance(specs["map"]["a"], RacePolicy)
     assert specs["map"]["b"] == specs["map"]["c"] == CutPolicy(kind="cut", cutoff=3.0)
     assert specs["race"]["b"] == RacePolicy(kind="race", providers=["p1", "p2"])
-
-
-def test_a_step_map_runs_each_step_with_its_own_policy() -> None:
-    scenario = build(STEPS, POLICIES)
-    steps = Workflow.from_scenario(scenario).steps
-    runtime = build_resolved("mixed", effective_specs(scenario)["mixed"], scenario, steps)
-    assert isinstance(runtime, PerStep)
-    assert set(runtime.by_step) == {"a", "b", "c"}
-    result = sim.run(scenario, requests=5, policies=["mixed"])
-    calls = result.calls
-    assert set(calls.loc[calls.step == "a", "provider"]) == {"p1", "p2"}  # raced
-    assert set(calls.loc[calls.step == "b", "provider"]) == {"p1"}
-    assert result.thresholds["mixed"] == {"b": 9.0}
 
 
 @pytest.mark.parametrize(
@@ -113,16 +96,3 @@ def test_bad_step_keys_name_their_path(change: dict, path: str) -> None:
     with pytest.raises(ScenarioError) as caught:
         scenario_from_dict(scenario_dict([dict(step("a"), **change)]))
     assert any(p.startswith(path) for p, _ in caught.value.problems), caught.value.problems
-
-
-def test_lengths_vary_per_call_and_are_common_to_every_policy() -> None:
-    steps = [step("a", output_tokens={"median": 100, "p99": 400})]
-    policies = {"wait": {"kind": "wait"}, "cut": {"kind": "cut", "cutoff": 50.0}}
-    result = sim.run(build(steps, policies), requests=400)
-    calls = result.calls
-    wait = calls[calls.policy == "wait"].set_index("request_id")["output_tokens"]
-    cut = calls[calls.policy == "cut"].set_index("request_id")["output_tokens"]
-    assert (wait == cut).all()
-    assert wait.nunique() > 50
-    # median of 400 lognormal draws: standard error ~ 1.25 sigma m / sqrt(n) ~ 4 tokens
-    assert abs(float(wait.median()) - 100) < 4 * 4

@@ -1,11 +1,16 @@
-"""sim.policy.kinds: exact timelines of wait, cut, race, hedge and downshift on scripted calls.
+"""sim.policy.kinds: exact timelines of wait, cut, race, hedge and downshift on scripted calls,
+and how each meets a 429 (a Retry-After past the deadline, a race or hedge with attempts
+refused).
 
 Every call here is scripted (first token, generation, outcome per step and attempt) and queue-free,
-so each timeline is known to the second. The scenario's default call is 1 s + 1 s = 2 s, ok.
-"""
+so each timeline is known to the second. The scenario's default call is 1 s + 1 s = 2 s, ok."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
 import pytest
 
 from sim.model.config import CutPolicy, HedgePolicy, RacePolicy, WaitPolicy
@@ -363,3 +368,148 @@ def test_race_loser_queued_behind_its_winner_costs_nothing() -> None:
         0,
         0.0,
     )
+
+
+# ----------------------------------------------------------------------------- meeting 429s
+
+# Quotas sized in whole calls: a step's call asks for 1000 + 100 = 1100 tokens, so a TPM of 1100
+# admits one call a minute, and a full bucket refills 1100/60 tokens a second. Each test below
+# was seen to fail under the mutation its docstring names.
+
+#: Tokens of one call of `helpers.step` (1000 input + 100 output): a TPM of this admits one.
+CALL_TOKENS = 1100
+
+
+def _one_call_a_minute(*names: str) -> dict[str, Any]:
+    """Providers p1, p2 serving `big` (1 s + 1 s constant); those named get a one-call TPM."""
+    return {
+        p: {"serves": {"big": serving()}, **({"tpm": CALL_TOKENS} if p in names else {})}
+        for p in ("p1", "p2")
+    }
+
+
+def _request(result: Any, index: int) -> pd.Series:
+    """The first run of request `index`."""
+    req = result.requests
+    return req[(req["request_id"] == index) & (req["resend"] == 0)].iloc[0]
+
+
+def _calls_of(result: Any, index: int) -> list[tuple]:
+    """Exact timeline of request `index`'s calls."""
+    return timeline(result.calls[result.calls["request_id"] == index])
+
+
+# ----------------------------------------------------------------------------- 429 and deadline
+
+
+def _wait_on_a_binding_quota(deadline_s: float) -> Any:
+    """wait with 2 retries on p1 admitting one call a minute: request 0 at t=0 takes the
+    bucket, request 1 at t=1 is refused with Retry-After (1100 - 1100/60) / (1100/60) = 59 s."""
+    scenario = build(
+        [step("s1")],
+        {"wait": {"kind": "wait", "retries": 2}},
+        providers=_one_call_a_minute("p1"),
+        deadline_s=deadline_s,
+    )
+    return simulate(scenario, "wait", ScriptedBank({}, n_requests=2), [0.0, 1.0])
+
+
+def test_a_429_whose_retry_after_outlives_the_deadline_fails_at_once() -> None:
+    """Mutation: `if call.retry_after >= run.time_left: return False` removed from Sequential.
+    With 29 s left and a 59 s Retry-After, the step gives up at the 429 (t=1, reason
+    rate_limited), not by sleeping into the deadline (t=31, reason deadline)."""
+    result = _wait_on_a_binding_quota(deadline_s=30.0)
+    (refused,) = result.calls[result.calls["request_id"] == 1].itertuples()
+    assert refused.outcome == "rate_limited"
+    assert refused.retry_after_s > 30.0 - 1.0  # more than the time left
+    run = _request(result, 1)
+    assert (bool(run.ok), float(run.end_s)) == (False, 1.0)
+    assert (run.fail_reason, run.fail_step) == ("rate_limited", "s1")
+    assert float(run.latency_s) == 30.0  # a failed run counts at the deadline
+
+
+def test_a_429_the_deadline_can_fund_is_retried_after_its_retry_after() -> None:
+    """The other side of the same branch: with 99 s left the retry waits out Retry-After
+    (whatever value the provider gives) and then succeeds."""
+    result = _wait_on_a_binding_quota(deadline_s=100.0)
+    first, second = (
+        result.calls[result.calls["request_id"] == 1].sort_values("attempt").itertuples()
+    )
+    assert first.outcome == "rate_limited"
+    assert second.outcome == "ok"
+    assert second.start_s == pytest.approx(1.0 + first.retry_after_s, abs=1e-9)
+    run = _request(result, 1)
+    assert bool(run.ok)
+    assert float(run.end_s) == pytest.approx(second.start_s + 2.0, abs=1e-9)
+
+
+# ------------------------------------------------------------------------ race and hedge on 429s
+
+
+def _race(limited: Sequence[str]) -> Any:
+    """A race of two on [p1, p2]: request 0 at t=0 takes the quota of the `limited` providers,
+    request 1 at t=10 meets their 429s."""
+    scenario = build(
+        [step("s1")],
+        {"race": {"kind": "race", "attempts": 2, "providers": ["p1", "p2"]}},
+        providers=_one_call_a_minute(*limited),
+    )
+    return simulate(scenario, "race", ScriptedBank({}, n_requests=2), [0.0, 10.0])
+
+
+def test_a_race_with_one_rate_limited_attempt_wins_on_the_other() -> None:
+    """Mutations: a race counting any finished attempt as its win (a 429 'wins' at t=10), or
+    giving up when one attempt fails. The 429 ends at once and costs nothing; p2 wins at 12."""
+    result = _race(limited=["p1"])
+    assert _calls_of(result, 1) == [
+        ("s1", 0, "p1", "big", 10.0, 10.0, "rate_limited"),
+        ("s1", 1, "p2", "big", 10.0, 12.0, "ok"),
+    ]
+    run = _request(result, 1)
+    assert (bool(run.ok), float(run.latency_s)) == (True, 2.0)
+    assert float(run.cost_usd) == pytest.approx(1000 * 1e-6 + 100 * 2e-6)  # the winner only
+
+
+def test_a_race_whose_attempts_are_all_rate_limited_fails_at_once() -> None:
+    """Every attempt refused: the step fails at the 429s (t=10), reason rate_limited."""
+    result = _race(limited=["p1", "p2"])
+    assert [c[-1] for c in _calls_of(result, 1)] == ["rate_limited", "rate_limited"]
+    run = _request(result, 1)
+    assert (bool(run.ok), float(run.end_s), run.fail_reason) == (False, 10.0, "rate_limited")
+
+
+def _hedge(limited: Sequence[str], first_primary: Any) -> Any:
+    """A hedge on p2 after 2 s, primary on p1: request 0 at t=0 (primary `first_primary`) takes
+    the quota of the `limited` providers it calls; request 1 at t=20 meets their 429s."""
+    scenario = build(
+        [step("s1")],
+        {"hedge": {"kind": "hedge", "after": 2.0, "providers": ["p2"]}},
+        providers=_one_call_a_minute(*limited),
+    )
+    bank = ScriptedBank(lambda s, a, i: first_primary if (i, a) == (0, 0) else ok(), 2)
+    return simulate(scenario, "hedge", bank, [0.0, 20.0], thresholds={"s1": 2.0})
+
+
+def test_a_hedge_whose_primary_is_rate_limited_fires_its_hedge_at_once() -> None:
+    """Mutation: the hedge fires only `after` past the primary (`env.now >= next_fire`, not
+    also when nothing is pending): the hedge would start at 22, not at the 429 (t=20)."""
+    result = _hedge(limited=["p1"], first_primary=ok(0.5, 0.5))
+    assert _calls_of(result, 0) == [("s1", 0, "p1", "big", 0.0, 1.0, "ok")]
+    assert _calls_of(result, 1) == [
+        ("s1", 0, "p1", "big", 20.0, 20.0, "rate_limited"),
+        ("s1", 1, "p2", "big", 20.0, 22.0, "ok"),
+    ]
+    assert (bool(_request(result, 1).ok), float(_request(result, 1).latency_s)) == (True, 2.0)
+
+
+def test_a_hedge_whose_calls_are_all_rate_limited_fails_at_once() -> None:
+    """Request 0's slow primary makes it fire its hedge, so both quotas are spent; request 1's
+    primary and hedge are both refused at t=20 and the step fails there."""
+    result = _hedge(limited=["p1", "p2"], first_primary=ok(1.0, 9.0))
+    assert [c[1:3] for c in _calls_of(result, 0)] == [(0, "p1"), (1, "p2")]
+    assert _calls_of(result, 1) == [
+        ("s1", 0, "p1", "big", 20.0, 20.0, "rate_limited"),
+        ("s1", 1, "p2", "big", 20.0, 20.0, "rate_limited"),
+    ]
+    run = _request(result, 1)
+    assert (bool(run.ok), float(run.end_s), run.fail_reason) == (False, 20.0, "rate_limited")

@@ -1,7 +1,7 @@
 """Controls that react to 429 pressure: shedding at arrival on the recent 429 share of the
 policy's attempts (`shed.on_429_share`), and hedging stopped to a provider whose recent 429
 share is high (`stop_hedging_on_429_share`). 429s fail fast, so the step-time shed cannot see
-them; these can."""
+them; these can. On a saturated bundled quota: tests/integration/test_pressure.py."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-import sim
 from sim.model.config import RateLimitShareSpec, ShedSpec
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
 from sim.policy.controls import RateLimitShare
-from tests.helpers import REPO_ROOT, build, scenario_dict, serving, simulate
+from tests.helpers import build, scenario_dict, serving, simulate
 
 RACE = {"kind": "race", "attempts": 2, "providers": ["p1", "p2"]}
 #: Every request arrives at t = 0, 1, ..., 29, then one at t = 60.
@@ -114,28 +113,3 @@ def test_bad_429_keys_name_their_key_path(
     rendered = caught.value.render()
     assert f"policies.r.{where}" in rendered, rendered
     assert fragment in rendered, rendered
-
-
-def test_429_shed_fires_on_a_saturated_quota_and_serves_the_admitted() -> None:
-    """tpm-saturation (seed 11, 600 requests): the blind race's 429s fail fast, so the
-    step-time shed never fires; the 429-aware shed does, and the requests it admits meet their
-    deadline far more often, with far fewer 429s. Over seeds 11-20 the admitted hit rate
-    exceeds the blind race's hit rate by 0.19 (sd 0.02 between seeds) and the 429s per request
-    fall from ~2.0 to ~0.45 (ratio at most 0.23): the bounds below sit over 4 sd inside."""
-    base = sim.load_scenario(REPO_ROOT / "scenarios" / "tpm-saturation.yaml")
-    data = base.model_dump(exclude_none=True)
-    race = {"kind": "race", "attempts": 2, "retries": 2}
-    data["policies"] = {
-        "race": race,
-        "step_time": {**race, "controls": {"shed": {}}},
-        "on_429": {**race, "controls": {"shed": {"on_429_share": 0.3, "window_s": 10}}},
-    }
-    result = sim.run(scenario_from_dict(data), requests=600)
-    summary = result.summary.set_index("policy")
-    assert summary.loc["step_time", "shed_requests"] == 0
-    assert summary.loc["on_429", "shed_requests"] > 0
-    runs = result.requests
-    admitted = runs[(runs["policy"] == "on_429") & (runs["fail_reason"] != "shed")]
-    assert admitted["ok"].mean() > summary.loc["race", "hit_rate"] + 0.10
-    limited = summary["rate_limited_per_request"]
-    assert limited["on_429"] < 0.5 * limited["race"]

@@ -3,8 +3,9 @@
 A fake `StepRun` answers each call with a scripted outcome and duration per provider and hands
 out scripted uniforms, so every timeline here is exact: where a retry lands, when it starts
 (LiteLLM's sleep, jitter included), when a fallback starts, and how a cooldown one request
-causes steers the next. The wait formula is checked against LiteLLM's own function when litellm
-is installed (it is not a dependency)."""
+causes steers the next. The wait formula is checked against LiteLLM's own function, and whole
+requests against LiteLLM's own Router run in a process of its own (tests/litellm_driver.py).
+A cooldown over a whole run of the event engine is in tests/integration/test_router.py."""
 
 from __future__ import annotations
 
@@ -345,58 +346,6 @@ def test_router_keys_reject_unknown_groups() -> None:
     """A deployment on a provider that does not serve its group is a reference problem."""
     with pytest.raises(ScenarioError, match="does not serve 'big'"):
         _router(deployments={"big": [{"provider": "c"}]})
-
-
-# ----------------------------------------------------------------------------- in the event engine
-
-
-def test_in_the_engine_a_cooldown_holds_for_every_request() -> None:
-    """A whole run (event engine): with allowed_fails 0 every failed call on `a` cools it for
-    5 s unless it is already cooling; replaying those cooldowns from the calls table, no call on
-    `a` starts inside one, while other requests' calls go to `b` then. Exact: no statistics."""
-    import sim  # noqa: PLC0415 - the API, only for this engine-level test
-
-    law = {
-        "ttft_s": {"dist": "constant", "value": 0.5},
-        "tokens_per_s": {"median": 100, "p99": 200},
-    }
-    data = {
-        "name": "cooling",
-        "seed": 4,
-        "deadline_s": 60,
-        "requests": 300,
-        "arrivals": {"kind": "poisson", "rate_per_s": 4.0},
-        "models": {"big": {}},
-        "providers": {
-            "a": {"serves": {"big": {**law, "error_rate": 0.3}}},
-            "b": {"serves": {"big": law}},
-        },
-        "workflow": {"steps": [{"id": "s1", "model": "big", "output_tokens": 50}]},
-        "policies": {
-            "litellm": {
-                "kind": "router",
-                "routing_strategy": "least-busy",
-                "allowed_fails": 0,
-                "cooldown_time_s": 5.0,
-                "num_retries": 1,
-            }
-        },
-    }
-    result = sim.run(scenario_from_dict(data))
-    assert result.engines["litellm"] == "des"
-    calls = result.calls
-    on_a = calls[calls["provider"] == "a"]
-    until, windows = -math.inf, []
-    for end in sorted(on_a.loc[on_a["outcome"] == "error", "end_s"]):
-        if end > until:  # a failure while cooling does not extend the cooldown
-            until = end + 5.0
-            windows.append((end, until))
-    assert len(windows) >= 3
-    starts_a = on_a["start_s"].to_numpy()
-    starts_b = calls.loc[calls["provider"] == "b", "start_s"].to_numpy()
-    for begin, end in windows:
-        assert not ((starts_a >= begin) & (starts_a <= end)).any(), (begin, end)
-        assert ((starts_b > begin) & (starts_b <= end)).any()  # other requests went to b
 
 
 # ----------------------------------------------------------------------------- against litellm

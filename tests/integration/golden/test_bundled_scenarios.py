@@ -32,14 +32,22 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 import pytest
-from test_deadline_scenarios import CHECKS as DEADLINE_CHECKS  # run at the golden size
-from test_hardness_scenario import CHECKS as HARDNESS_CHECKS  # run at the golden size
-from test_sdk_stacking_scenario import SDK_CHECKS  # run at its shipped size there
-from test_storm_scenarios import STORM_CHECKS  # run at their shipped size there
 
 import sim
 from sim.model.config import Scenario
 from tests.helpers import REPO_ROOT
+from tests.integration.golden.test_deadline_scenarios import (
+    CHECKS as DEADLINE_CHECKS,  # run at the golden size
+)
+from tests.integration.golden.test_hardness_scenario import (
+    CHECKS as HARDNESS_CHECKS,  # run at the golden size
+)
+from tests.integration.golden.test_sdk_stacking_scenario import (
+    SDK_CHECKS,  # run at its shipped size there
+)
+from tests.integration.golden.test_storm_scenarios import (
+    STORM_CHECKS,  # run at their shipped size there
+)
 
 SCENARIOS = sorted((REPO_ROOT / "scenarios").glob("*.yaml"))
 RECORDS = Path(__file__).resolve().parent / "records"

@@ -236,7 +236,7 @@ def test_checked_scenarios_are_bundled() -> None:
 
 def test_checks_run_at_the_golden_size() -> None:
     """The golden suite runs these checks on its own runs: same size, same seed."""
-    from test_bundled_scenarios import INDEPENDENT, _size  # noqa: PLC0415 - it imports us
+    from tests.integration.golden.test_bundled_scenarios import INDEPENDENT, _size  # noqa: PLC0415 - it imports us
 
     for stem, checks in CHECKS.items():
         assert INDEPENDENT[stem] == checks

@@ -20,15 +20,15 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_deadline_properties import propagated_scenarios
-from test_engine_properties import PROFILE, any_scenarios
-from test_vectorized_equivalence import qualifying_scenarios
 
 import sim
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.study.result import RunResult
 from tests.helpers import REPO_ROOT
+from tests.integration.property.test_deadline_properties import propagated_scenarios
+from tests.integration.property.test_engine_properties import PROFILE, any_scenarios
+from tests.integration.property.test_vectorized_equivalence import qualifying_scenarios
 
 BUNDLED = sorted((REPO_ROOT / "scenarios").glob("*.yaml"))
 #: Requests per bundled scenario: enough for orphans, re-sends, 429s and tool steps to happen.

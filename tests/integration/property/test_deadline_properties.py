@@ -12,10 +12,17 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_engine_properties import EPS_S, PROFILE, build, policies, servings, workflows
 
 import sim
 from sim.model.config import Scenario
+from tests.integration.property.test_engine_properties import (
+    EPS_S,
+    PROFILE,
+    build,
+    policies,
+    servings,
+    workflows,
+)
 
 
 @st.composite
