@@ -57,3 +57,22 @@ def test_settings_in_litellm_settings_and_their_precedence() -> None:
         "general_settings",
     ):
         assert key in skipped, key
+
+
+def test_a_group_listed_twice_under_fallbacks_keeps_its_first_list() -> None:
+    """Bug: `_fallbacks` keeping the last entry of a group listed twice (`out[group] = ...`
+    for `out.setdefault(group, ...)`). LiteLLM's Router looks a group's fallbacks up with
+    `get_fallback_model_group`, which walks the list and stops at the first entry naming the
+    group (litellm 1.110.2, router_utils/fallback_event_handlers.py: `break` on the exact
+    match), so a later entry for the same group is never used; the import must say the same."""
+    data = yaml.safe_load((DATA / "reliability.yaml").read_text(encoding="utf-8"))
+    data["litellm_settings"]["fallbacks"] = [
+        {"zephyr-beta": ["gpt-3.5-turbo"]},
+        {"gpt-3.5-turbo": ["gpt-3.5-turbo-16k"]},
+        {"zephyr-beta": ["gpt-3.5-turbo-16k"]},
+    ]
+    router = import_litellm(data, "rel.yaml").scenario["policies"]["litellm"]
+    assert router["fallbacks"] == {
+        "zephyr-beta": ["gpt-3.5-turbo"],
+        "gpt-3.5-turbo": ["gpt-3.5-turbo-16k"],
+    }

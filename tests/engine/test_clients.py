@@ -269,6 +269,25 @@ def test_a_policy_cut_is_not_retried_by_the_sdk() -> None:
     assert list(result.calls["sdk_retry"]) == [0, 0]
 
 
+def test_a_cut_at_the_steps_attempt_budget_is_not_retried_by_the_sdk() -> None:
+    """Bug: the SDK loop retries a timeout the caller itself cut (`_sdk_retries` without its
+    `ended_by != BY_SDK` break). The step's `attempt_budget_s` is the caller's cut too, and
+    unlike the policy's own timeout no later check stops the loop: an 11 s call cut at 2 s
+    (`ended_by` attempt) under openai (timeout in its retry_on, 2 retries) is one call, and
+    the run fails at 2 s. With the bug the SDK sends it twice more (3 calls, each cut 2 s after
+    its send, the next after openai's jittered backoff)."""
+    data = scenario_dict(
+        [step("s1", attempt_budget_s=2.0)],
+        {"p": {"kind": "wait"}},
+        providers={"p1": {"serves": {"big": serving()}, "sdk": "openai"}},
+    )
+    result = simulate(scenario_from_dict(data), "p", ScriptedBank({}, default=ok(1.0, 10.0)))
+    assert timeline(result.calls) == [("s1", 0, "p1", "big", 0.0, 2.0, "timeout")]
+    assert list(result.calls["ended_by"]) == ["attempt"]
+    run = result.requests.iloc[0]
+    assert (bool(run["ok"]), float(run["end_s"])) == (False, 2.0)
+
+
 def test_policy_over_sdk_timeouts_makes_nine_calls() -> None:
     """retries 2 over openai with timeout_s: 3 x 3 = 9 calls when every call is slow."""
     policy = {"kind": "wait", "retries": 2}

@@ -10,11 +10,16 @@ import pytest
 import yaml
 
 from sim.model.errors import ScenarioError
+from sim.model.hardness import hard_tokens
 from sim.model.scenario import scenario_from_dict
 from tests.helpers import (
     REPO_ROOT,
+    SMALL_IN,
+    SMALL_OUT,
+    ScriptedBank,
     scenario_dict,
     serving,
+    simulate,
     step,
 )
 
@@ -109,3 +114,39 @@ def test_the_keys_are_documented_and_the_docs_example_loads() -> None:
     when = scenario.models["small"].when_hard
     assert when is not None
     assert (when.invalid_rate, when.length) == (0.5, 2.5)
+
+
+# ---------------------------------------------------------------- a hard answer's length
+
+#: (the easy length, `when_hard.length`, the hard length worked out by hand: the product to the
+#: nearest whole token, at least 1). The products sit away from .5, so floor and round differ
+#: wherever the fraction is .5 or more: 125.7, 8.7 and 333.6 tell them apart; 2.1 (both give
+#: 2) and 0.4 (the floor of 1) are controls.
+HARD_LENGTHS = [
+    (100, 1.257, 126),
+    (100, 1.254, 125),
+    (3, 2.9, 9),
+    (333.6, 1.0, 334),
+    (7, 0.3, 2),
+    (2, 0.2, 1),
+    (400, 2.5, 1000),
+]
+
+
+@pytest.mark.parametrize(("tokens", "factor", "expected"), HARD_LENGTHS)
+def test_a_hard_answer_is_the_length_times_the_factor_to_the_nearest_token(
+    tokens: float, factor: float, expected: int
+) -> None:
+    """Bug: `hard_tokens` flooring (`int(tokens * factor)`) instead of rounding: 125.7 tokens
+    billed as 125. Only a golden record (regenerable) caught it; these are worked by hand."""
+    assert hard_tokens(tokens, factor) == expected
+
+
+def test_a_hard_call_bills_the_rounded_length() -> None:
+    """The engine bills what `hard_tokens` gives: every request hard (share 1), `small` 1.257
+    times as long, a 100-token step: the call has 126 output tokens (125 floored) and costs
+    1000 x 0.1e-6 + 126 x 0.2e-6 USD."""
+    data = hard_scenario({"wait": {"kind": "wait"}}, small={"length": 1.257}, share=1.0)
+    calls = simulate(scenario_from_dict(data), "wait", ScriptedBank({}, n_requests=1)).calls
+    assert list(calls["output_tokens"]) == [126]
+    assert list(calls["cost_usd"]) == pytest.approx([1000 * SMALL_IN + 126 * SMALL_OUT])
