@@ -14,12 +14,16 @@ from sim.model.latency import U_STALL, U_TTFT, LogNormal
 from sim.model.scenario import load_scenario, with_overrides
 from sim.model.streams import CallDrawBank, Streams
 from sim.rare import nines as nines_module
-from sim.rare.nines import estimate_nines
+from sim.rare.nines import STOPPED_BY_BUDGET, STOPPED_BY_TARGET, estimate_nines
+from sim.rare.output import stop_lines
 from sim.rare.tilt import SlotTilt, Tilt, TiltedDrawBank, identity_tilt, slot_keys
 from sim.rare.weighted import WeightedTally, cross_entropy_update, plain_runs_needed
 from tests.helpers import REPO_ROOT
 
 CHAIN = REPO_ROOT / "tests" / "data" / "nines-chain.yaml"
+#: No wall-clock budget: every run here ends at its target or its cap of runs, so its numbers
+#: are the same on any machine (a budget that binds makes them depend on the machine's speed).
+NO_BUDGET = math.inf
 
 
 def chain_exact(deadline_s: float) -> float:
@@ -103,7 +107,7 @@ def test_the_chain_estimate_covers_the_exact_miss_in_18_of_20_seeds() -> None:
     assert 1.1e-5 < exact < 1.3e-5
     covered, rel_errors = 0, []
     for seed in range(20):
-        row = estimate_nines(scenario, None, 0.1, 600, seed=seed, attempts=1).table.iloc[0]
+        row = estimate_nines(scenario, None, 0.1, NO_BUDGET, seed=seed, attempts=1).table.iloc[0]
         covered += row["ci_lo"] <= exact <= row["ci_hi"]
         rel_errors.append(row["rel_error"])
     assert covered >= 18, covered
@@ -113,7 +117,7 @@ def test_the_chain_estimate_covers_the_exact_miss_in_18_of_20_seeds() -> None:
 def test_the_exact_chain_matches_plain_monte_carlo_where_it_is_cheap() -> None:
     # deadline 40 s: exact 0.1217; 20,000 plain runs: SE 0.0023, tolerance 4 SE
     scenario = with_overrides(load_scenario(CHAIN), {"deadline_s": 40.0})
-    plain = estimate_nines(scenario, None, 1e-9, 600, method="plain", max_runs=20_000)
+    plain = estimate_nines(scenario, None, 1e-9, NO_BUDGET, method="plain", max_runs=20_000)
     row = plain.table.iloc[0]
     exact = chain_exact(40.0)
     assert abs(row["miss_probability"] - exact) < 4 * math.sqrt(exact * (1 - exact) / row["runs"])
@@ -130,8 +134,8 @@ def test_importance_sampling_agrees_with_plain_runs_near_1e_3() -> None:
     the rare-event estimate against 150,000 plain runs, within 3 joint standard errors."""
     scenario = with_overrides(load_scenario(REPO_ROOT / "scenarios" / "default.yaml"),
                               {"deadline_s": 120.0})  # fmt: skip
-    rare = estimate_nines(scenario, ["hedge"], 0.1, 600, seed=1).table.iloc[0]
-    plain = estimate_nines(scenario, ["hedge"], 1e-9, 600, seed=2, method="plain",
+    rare = estimate_nines(scenario, ["hedge"], 0.1, NO_BUDGET, seed=1).table.iloc[0]
+    plain = estimate_nines(scenario, ["hedge"], 1e-9, NO_BUDGET, seed=2, method="plain",
                            max_runs=150_000).table.iloc[0]  # fmt: skip
     se = math.hypot(rare["ci_hi"] - rare["ci_lo"], plain["ci_hi"] - plain["ci_lo"]) / (2 * 1.96)
     assert abs(rare["miss_probability"] - plain["miss_probability"]) < 3 * se
@@ -139,10 +143,9 @@ def test_importance_sampling_agrees_with_plain_runs_near_1e_3() -> None:
     assert rare["rel_error"] <= 0.1
 
 
-def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a wild tilt without the defensive share: a few draws carry the estimate; the run must
-    # say so and finish with plain sampling (wait misses 16% at 90 s: plain is cheap there)
-    scenario = load_scenario(REPO_ROOT / "scenarios" / "default.yaml")
+def _wild_tilt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the cross-entropy fit by a wild tilt without the defensive share: a few draws
+    carry every estimate, so the run falls back to plain sampling after its first batch."""
 
     def wild(setup, name, start, n, seed, estimates, until):  # type: ignore[no-untyped-def]
         slots = {k: SlotTilt((-3.0, 3.0, -3.0), s.cut, (0.9, s.mass[1])) for k, s in
@@ -151,7 +154,14 @@ def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(nines_module, "_fit", wild)
     monkeypatch.setattr(nines_module, "DEFENSIVE", 1e-12)  # the vectorized engine's share
-    result = estimate_nines(scenario, ["wait"], 0.1, 600, seed=4)
+
+
+def test_degenerate_weights_fall_back_to_plain_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a wild tilt without the defensive share: a few draws carry the estimate; the run must
+    # say so and finish with plain sampling (wait misses 16% at 90 s: plain is cheap there)
+    scenario = load_scenario(REPO_ROOT / "scenarios" / "default.yaml")
+    _wild_tilt(monkeypatch)
+    result = estimate_nines(scenario, ["wait"], 0.1, NO_BUDGET, seed=4)
     row = result.table.iloc[0]
     assert result.fallback
     assert row["method"] == "plain"
@@ -166,7 +176,9 @@ def test_the_event_engine_estimate_holds_where_nothing_is_shared() -> None:
     stopped at the target."""
     scenario = with_overrides(load_scenario(CHAIN), {"deadline_s": 72.5})
     exact = chain_exact(72.5)
-    row = estimate_nines(scenario, None, 0.1, 600, seed=3, engine="des", attempts=1).table.iloc[0]
+    row = estimate_nines(
+        scenario, None, 0.1, NO_BUDGET, seed=3, engine="des", attempts=1
+    ).table.iloc[0]
     assert row["engine"] == "des"
     assert row["ci_lo"] <= exact <= row["ci_hi"]
     assert row["rel_error"] <= 0.1
@@ -193,3 +205,83 @@ def test_the_jump_update_gives_the_big_jump_to_one_step() -> None:
     assert j.theta[2] > 1.5  # the jump's stalls long: E[z | z > 2] = 2.37, smoothed
     assert b.mass[0] < 0.15  # the background's steps stall about as often as plain ones
     assert abs(b.theta[2]) < 1.0
+
+
+# ----------------------------------------------------------------------------- what ends a run
+
+
+def test_the_run_stops_on_the_misses_effective_sample_size_not_their_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bug: the stop rule counting raw misses (`e.miss.hits >= MIN_ESS`) instead of their
+    effective sample size. On the chain (batches of 2,000, a loose 50% target the interval
+    meets at once) the first batch holds 525 tilted misses worth an ESS of 64: with the least
+    ESS lowered to 300 the run must go on until the ESS reaches it (measured: 4 batches, ESS
+    381 from 2,308 misses); with the bug it stops after the first batch."""
+    monkeypatch.setattr(nines_module, "MIN_ESS", 300)
+    scenario = load_scenario(CHAIN)
+    result = estimate_nines(scenario, None, 0.5, NO_BUDGET, seed=3, batch=2_000, pilot=5_000)
+    wait = result.estimates["wait"]
+    assert result.stopped_by == STOPPED_BY_TARGET
+    assert wait.miss.relative_error <= 0.5
+    assert wait.miss.ess >= 300, (wait.miss.ess, wait.miss.hits, wait.miss.n)
+
+
+def test_a_fallback_to_plain_sampling_drops_the_tilted_paired_differences(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bug: the fallback keeping the paired differences summed on the degenerate tilted batch
+    (no `result.paired.clear()`). After the fallback every policy's tally restarts on plain
+    draws (weight 1), so the pair's sums must cover exactly the runs of its policies' tallies,
+    and its mean difference is the difference of their estimates (the same draws, the same
+    weights). With the bug the pair also counts the tilted batch's runs and weights."""
+    _wild_tilt(monkeypatch)
+    scenario = load_scenario(REPO_ROOT / "scenarios" / "default.yaml")
+    result = estimate_nines(scenario, ["wait", "cut"], 0.1, NO_BUDGET, seed=4)
+    assert result.fallback
+    wait, cut = result.estimates["wait"].miss, result.estimates["cut"].miss
+    ((pair, (n, total, _)),) = result.paired.items()
+    assert pair == ("wait", "cut")
+    assert n == wait.n == cut.n
+    assert total / n == pytest.approx(wait.estimate - cut.estimate, rel=1e-9, abs=1e-15)
+
+
+class _Clock:
+    """A wall clock that moves `step` seconds each time it is read: the budget binds the same
+    way on any machine."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_a_run_the_budget_ends_says_its_numbers_depend_on_the_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The budget (on a clock that moves 10 s a read: 25 s are gone after a few batches, and
+    the cross-entropy pilot's half of it before the miss is reached) ends the run, not the
+    target: the result says so, and the lines printed and kept in notes.txt say the numbers
+    depend on this machine's speed (the pilot's cut too)."""
+    monkeypatch.setattr(nines_module, "time", _Clock(10.0))
+    result = estimate_nines(load_scenario(CHAIN), None, 0.01, 25.0, seed=3)
+    assert result.stopped_by == STOPPED_BY_BUDGET
+    assert result.estimates["wait"].pilot_cut
+    assert result.machine_dependent
+    first, pilot = stop_lines(result)
+    assert first.startswith("stopped: by the time budget (--budget-s 25), not the target")
+    assert "depends on this machine's speed" in first
+    assert pilot.startswith("stopped: the cross-entropy pilot of 'wait' ran out of its share")
+
+
+def test_a_run_the_target_ends_does_not_depend_on_the_machine() -> None:
+    """The same chain with no budget: the target ends it, no pilot is cut, and the line says
+    so without a word about the machine."""
+    result = estimate_nines(load_scenario(CHAIN), None, 0.5, NO_BUDGET, seed=3)
+    assert result.stopped_by == STOPPED_BY_TARGET
+    assert not result.machine_dependent
+    (line,) = stop_lines(result)
+    assert line.startswith("stopped: at the target (every policy's 95% CI within 50% of its")
+    assert "machine" not in line
