@@ -96,6 +96,7 @@ def test_total_time_censored() -> None:
     assert abs(fit.stall.probability - STALL_P) < 4 * fit.stall.se_probability
 
 
+@pytest.mark.slow
 def test_default_scenario_round_trip_recovers_stall_and_no_difficulty() -> None:
     """`tailsim synth scenarios/default.yaml -n 3000` then the fit (the lead's report: stall
     0.0237 +- 0.0009 vs 0.03, extra median 27.4 s vs 30, spurious difficulty F 1.09): the 90 s

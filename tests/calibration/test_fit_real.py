@@ -80,6 +80,7 @@ def compared(fits: list[GroupFit]) -> pd.DataFrame:
     return table
 
 
+@pytest.mark.slow
 def test_fitted_blocks_reproduce_the_trace_percentiles(compared: pd.DataFrame) -> None:
     groups = compared.groupby(["provider", "model"])
     strict = {key for key, ok in groups["within_tolerance"].all().items() if ok}
@@ -91,6 +92,7 @@ def test_fitted_blocks_reproduce_the_trace_percentiles(compared: pd.DataFrame) -
     assert len(groups) - len(unmatched) - len(strict) == 16  # WITHIN_INTERVAL
 
 
+@pytest.mark.slow
 def test_ceilings_and_empirical_fallbacks_where_stated(fits: list[GroupFit]) -> None:
     """The groups fitted with a ceiling, and the one replayed as it is, are those stated (so
     every BOUNDED group has no ceiling: BIC did not prefer one)."""
@@ -102,6 +104,7 @@ def test_ceilings_and_empirical_fallbacks_where_stated(fits: list[GroupFit]) -> 
     assert capped == CEILING
 
 
+@pytest.mark.slow
 def test_bounded_groups_overshoot_at_p99(compared: pd.DataFrame) -> None:
     """The stated reason holds: every bounded group's p99 mismatch is the simulator above the
     log (never below), and the log's p99 is within 12% of its largest call (matched: 2.8x)."""
@@ -120,6 +123,7 @@ def test_bounded_groups_overshoot_at_p99(compared: pd.DataFrame) -> None:
         assert mine.max() < 1.12 * row["observed_s"]
 
 
+@pytest.mark.slow
 def test_medians_match_within_5_percent_mostly(compared: pd.DataFrame) -> None:
     p50 = compared[compared["quantile"] == "p50"]
     assert p50["within_tolerance"].sum() >= 23

@@ -201,6 +201,7 @@ def test_a_stall_must_pass_bics_penalty_for_its_three_parameters(seed: int) -> N
     assert penalty == pytest.approx(3 * math.log(30), abs=0.05)
 
 
+@pytest.mark.slow
 def test_round_trip_through_the_engine() -> None:
     """The same law in a scenario, 50,000 calls logged by `tailsim synth`'s engine (errors carry
     no first token, junk returns at it), fitted: every value within 4 of its SEs of the

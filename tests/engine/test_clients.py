@@ -137,6 +137,7 @@ def _headers_to_args(headers: dict[str, str]) -> tuple[float, float]:
     return float(headers.get("retry-after", "nan")), ms
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", ["openai", "anthropic"])
 def test_wait_equals_the_installed_sdk(package: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`_calculate_retry_timeout` and `_should_retry` of the installed SDK, its random() pinned,
@@ -163,6 +164,7 @@ def test_wait_equals_the_installed_sdk(package: str, monkeypatch: pytest.MonkeyP
                 assert mine == pytest.approx(theirs, rel=1e-12), (u, headers, k)
 
 
+@pytest.mark.slow
 def test_wait_equals_installed_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
     utils = pytest.importorskip("litellm.utils")
     spec = preset("litellm")

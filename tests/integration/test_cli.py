@@ -326,6 +326,7 @@ def test_out_on_earlier_results_is_refused_then_replaced_with_force(
     assert list(summary["requests"]) == [60]
 
 
+@pytest.mark.slow
 def test_two_runs_started_in_the_same_second_write_two_folders(
     tmp_path: Path, contract_path: Path
 ) -> None:
@@ -534,6 +535,7 @@ def test_failed_write_leaves_no_partial_folder(
 # ---------------------------------------------------------------- scenarios with data files
 
 
+@pytest.mark.slow
 def test_run_reads_data_files_relative_to_the_scenario(
     tmp_path: Path, scenario_file: ScenarioFile
 ) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO_ROOT
 
 EXPERIMENTS = REPO_ROOT / "experiments"
@@ -21,6 +23,7 @@ import figure5_from_fit as experiment  # noqa: E402
 from figure5 import ARTICLE, STATS  # noqa: E402
 
 
+@pytest.mark.slow
 def test_figure5_from_a_fitted_log(tmp_path: Path) -> None:
     table, fitted = experiment.round_trip(
         tmp_path, calls=50_000, requests=20_000, mode="first_token"

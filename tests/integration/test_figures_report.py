@@ -75,6 +75,7 @@ def test_plot_draws_the_storm_when_a_time_series_exists(run_folder: Path, tmp_pa
     assert (folder / "figures" / "storm.png").is_file()
 
 
+@pytest.mark.slow
 def test_plot_on_a_sweep_folder_draws_the_sweep_cleanly(sweep_folder: Path) -> None:
     result = CliRunner().invoke(main, ["plot", str(sweep_folder)])
     assert result.exit_code == 0, result.output
@@ -131,6 +132,7 @@ def test_report_of_a_run_is_self_contained_and_complete(run_folder: Path) -> Non
     assert "meets the deadline most often" in page
 
 
+@pytest.mark.slow
 def test_report_of_a_sweep_has_the_sweep_figures(sweep_folder: Path) -> None:
     page = _report(sweep_folder)
     _check_self_contained(page)

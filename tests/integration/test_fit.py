@@ -141,6 +141,7 @@ def test_fit_writes_a_block_a_scenario_includes(tmp_path: Path) -> None:
     assert loaded.models["m1"].price_per_mtok.output == 2
 
 
+@pytest.mark.slow
 def test_fit_places_spells_and_fits_the_serving_outside_them(tmp_path: Path) -> None:
     """A synthetic log with bad spells (every 100 s, 10 s long, 2x slower; `tailsim synth`'s
     engine): the fitted file carries `providers.p.episodes`, and p's serving is fitted on the

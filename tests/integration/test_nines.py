@@ -22,6 +22,7 @@ CHAIN = REPO_ROOT / "tests" / "data" / "nines-chain.yaml"
 NO_BUDGET = ("--budget-s", "1e9")
 
 
+@pytest.mark.slow
 def test_the_bundled_scenario_tells_apart_at_99_99_what_99_cannot(tmp_path: Path) -> None:
     """Must-show (d): on scenarios/nines.yaml a plain run of its 20,000 requests gives race and
     hedge overlapping 95% CIs; `tailsim nines` separates them and says so."""

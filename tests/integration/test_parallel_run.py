@@ -43,6 +43,7 @@ def digests(folder: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_processes_and_dask_give_the_bytes_of_inline(tmp_path: Path, contended: Path) -> None:
     """Every file (summary, breakdown, requests/calls/timeseries parquet, resolved scenario,
     run.json but its time and executor) is the inline run's, and each run says its progress."""
@@ -105,6 +106,7 @@ def test_an_error_in_a_worker_is_the_inline_error(tmp_path: Path, contended: Pat
     assert messages[1] == messages[0]
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_workers_and_exits_130(tmp_path: Path, contended: Path) -> None:
     """SIGINT to `tailsim run -e processes` alone (not its workers), at its first progress line
     (a tenth of the way): the workers are told to stop, so no policy reaches 100%; exit 130,

@@ -78,6 +78,7 @@ def halves_difference(result: Any, warmup: float) -> float:
     return float(runs["ok"].iloc[:half].mean() - runs["ok"].iloc[half:].mean())
 
 
+@pytest.mark.slow
 def test_steady_start_and_warmup_give_a_steady_hit_rate() -> None:
     """Over 20 independent replications (seeds 0-19, 1200 requests each), the mean difference
     between the hit rates of the first and second halves is within 2 standard errors of 0

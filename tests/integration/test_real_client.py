@@ -212,6 +212,7 @@ def test_the_generated_openai_scenario_loads_with_the_preset_and_overhead(tmp_pa
     assert [s.id for s in sc.workflow.steps] == ["s1", "s2", "s3"]
 
 
+@pytest.mark.slow
 def test_the_litellm_scenario_comes_from_tailsim_import(tmp_path: Path) -> None:
     """The LiteLLM run's scenario is `tailsim import litellm` of its own router config: one
     provider per deployment with the config's quota, the router policy, completed by us."""

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 import sim
 from sim.study.tune import TUNED, run_tune
@@ -47,6 +48,7 @@ def test_downshift_raises_the_hit_rate_but_breaks_the_quality_floor() -> None:
     assert s.loc["cut", "valid_hit_rate"] - s.loc["downshift", "valid_hit_rate"] > 4 * valid_se
 
 
+@pytest.mark.slow
 def test_tuned_matches_the_best_hand_written_policy_on_fresh_draws(tmp_path: Path) -> None:
     out = tmp_path / "tuned.yaml"
     run_tune(REPO_ROOT / "scenarios" / "default.yaml", out, requests=200)

@@ -128,6 +128,7 @@ def test_a_second_writer_is_refused_and_changes_nothing(tiny: Path, tmp_path: Pa
         assert (out / name).read_bytes() == (fresh / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_two_sweeps_started_together_never_corrupt_the_folder(tiny: Path, tmp_path: Path) -> None:
     """The issue's `for i in 1 2; do tailsim sweep --out X & done`: however the two interleave,
     each ends with 0 (ran, or found every point done) or 2 (refused, one clear line), never a

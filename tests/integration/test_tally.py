@@ -44,18 +44,22 @@ def _assert_same_tables(full: pd.DataFrame, tallied: pd.DataFrame) -> None:
     )
 
 
+SLOW = pytest.mark.slow
 #: (scenario file, requests, overrides): each engine, quotas, SDK retries, re-sends, tool steps,
 #: warm-up. Event-engine runs are over 2000 requests, so settled runs are flushed while they run
 #: (the engine's progress hook, where flushing happens, comes every 1000 arrivals).
+#: The three slowest are `slow`: the quick run keeps the default scenario (both its runs), tool
+#: steps and re-sends, and draft-race; tests/engine/test_tally.py holds the pieces that
+#: stand in for binding quotas and peaks (LimitWatch, PeakWindow) to their whole-table functions.
 RUNS = [
     ("default.yaml", 1500, {}),
     ("default.yaml", 1500, {"warmup_s": 600.0}),
-    ("tpm-saturation.yaml", 2500, {"providers.api.sdk.retries": 2}),
-    ("tpm-saturation.yaml", 2500, {"warmup_s": 300.0}),
-    ("retry-storm.yaml", 2500, {}),
+    pytest.param("tpm-saturation.yaml", 2500, {"providers.api.sdk.retries": 2}, marks=SLOW),
+    pytest.param("tpm-saturation.yaml", 2500, {"warmup_s": 300.0}, marks=SLOW),
+    pytest.param("retry-storm.yaml", 2500, {}, marks=SLOW),
     ("tool-resend.yaml", 400, {}),
     ("draft-race.yaml", 2200, {}),
-    ("deadline-propagation.yaml", 2200, {}),
+    pytest.param("deadline-propagation.yaml", 2200, {}, marks=SLOW),
 ]
 
 

@@ -135,6 +135,7 @@ def test_backoff_sequence_min_and_cap() -> None:
     assert header_seconds(2.5) == -1.0
 
 
+@pytest.mark.slow
 def test_wait_formula_equals_litellms_own() -> None:
     """The same numbers as litellm's `_calculate_retry_after` with `random.random` fixed."""
     litellm = pytest.importorskip("litellm")
@@ -441,6 +442,7 @@ def _ours(keys: dict[str, Any], script: dict[str, str | None]) -> dict[str, Any]
     return mine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("script", "keys"), CASES)
 def test_litellms_own_router_sleeps_and_calls_the_same(
     script: dict[str, str | None], keys: dict[str, Any], mocked_results: Any
@@ -473,6 +475,7 @@ SERVED: list[tuple[dict[str, list[str]], dict[str, Any]]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("plan", "keys"), SERVED)
 def test_litellms_router_over_http_with_retry_after(
     plan: dict[str, list[str]], keys: dict[str, Any], served_results: Any

@@ -4,6 +4,7 @@ files named after what they test."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -74,3 +75,39 @@ def test_helpers_are_imported_one_way() -> None:
 
 def test_files_are_named_after_what_they_test() -> None:
     assert [p.name for p in _test_files() if EVENT_WORDS.search(p.stem)] == []
+
+
+def _slow_tests(path: Path) -> list[str]:
+    """The tests of `path` marked slow ("" for a whole file): by decorator, by `pytestmark`, or
+    in the marks of a `pytest.param` of the list they are parametrized over."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lists = {
+        t.id: ast.unparse(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    slow = ["" for name, value in lists.items() if name == "pytestmark" and "slow" in value]
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            marks = " ".join(ast.unparse(d) for d in node.decorator_list)
+            params = [lists.get(a.id, "") for d in node.decorator_list if isinstance(d, ast.Call)
+                      for a in d.args if isinstance(a, ast.Name)]  # fmt: skip
+            if "mark.slow" in marks or any("marks=SLOW" in p for p in params):
+                slow.append(node.name)
+    return slow
+
+
+def test_every_slow_test_is_named_in_the_readme_with_what_covers_it() -> None:
+    """`-m "not slow"` may leave a test out only where tests/README.md says what still covers
+    its ground: every `slow` test (or file) must be in its table."""
+    readme = (TESTS / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## `slow`") :]
+    unnamed = [
+        f"{path.relative_to(REPO_ROOT)}::{name}"
+        for path in _test_files()
+        for name in _slow_tests(path)
+        if str(path.relative_to(REPO_ROOT)) not in table or (name and f"::{name}`" not in table)
+    ]
+    assert unnamed == []

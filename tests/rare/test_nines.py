@@ -129,6 +129,7 @@ def test_the_exact_chain_matches_plain_monte_carlo_where_it_is_cheap() -> None:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_importance_sampling_agrees_with_plain_runs_near_1e_3() -> None:
     """Must-show (b), small: the default scenario at deadline 120 s, hedge (miss ~2.6e-3):
     the rare-event estimate against 150,000 plain runs, within 3 joint standard errors."""

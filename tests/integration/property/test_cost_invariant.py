@@ -143,6 +143,7 @@ def orphaning_scenarios(draw: st.DrawFn) -> Scenario:
     return Scenario.model_validate(data)
 
 
+@pytest.mark.slow
 @settings(PROFILE, max_examples=30)
 @given(
     scenario=orphaning_scenarios(),
@@ -155,6 +156,7 @@ def test_random_scenario_costs_add_up_in_the_event_engine(
     assert_costs_add_up(sim.run(scenario, requests=n, seed=seed, engine="des"))
 
 
+@pytest.mark.slow
 @settings(PROFILE, max_examples=20)
 @given(
     scenario=qualifying_scenarios(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,9 @@ from tests.integration.property.test_engine_properties import (
     servings,
     workflows,
 )
+
+#: Every test here draws many whole random scenarios (tests/README.md: what covers them).
+pytestmark = pytest.mark.slow
 
 
 @st.composite

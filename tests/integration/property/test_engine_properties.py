@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,9 @@ from sim.model.config import Scenario
 from sim.model.provider import OUTCOMES
 from sim.model.scenario import scenario_from_dict
 from sim.study.result import RunResult
+
+#: Every test here draws many whole random scenarios (tests/README.md: what covers them).
+pytestmark = pytest.mark.slow
 
 # The profile registered in conftest.py: HYPOTHESIS_PROFILE, else "ci" (reproducible).
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")

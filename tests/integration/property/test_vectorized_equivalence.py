@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import ks_2samp
@@ -34,6 +35,9 @@ from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Workflow
 from sim.policy.build import build_policy
 from sim.study.pilot import resolve_thresholds
+
+#: Every test here draws many whole random scenarios (tests/README.md: what covers them).
+pytestmark = pytest.mark.slow
 
 PROFILE = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 RTOL = 1e-12
