@@ -182,8 +182,10 @@ def nines(
     **options: Any,
 ) -> NinesResult:
     """Each policy's deadline-miss probability with its 95% CI by importance sampling, as
-    `tailsim nines` prints it (`.table` is nines.csv); `options` are
-    `sim.rare.nines.estimate_nines`'s (seed, method, batch, pilot, attempts, engine, max_runs)."""
+    `tailsim nines` prints it (`.table` is nines.csv; `.stopped_by` says whether the target or
+    the wall-clock `budget_s` ended it, `.machine_dependent` whether the budget shaped the
+    numbers); `options` are `sim.rare.nines.estimate_nines`'s (seed, method, batch, pilot,
+    attempts, engine, max_runs)."""
     return estimate_nines(
         _plan(scenario), list(policies) if policies else None, target_rel_error, budget_s,
         **options,

@@ -1,17 +1,19 @@
-"""Shared fixtures: the public contract scenario, and writing edited copies of it to tmp_path."""
+"""Fixtures and hypothesis profiles every test folder shares: the public contract scenario, and
+writing edited copies of it to tmp_path (plain helpers live in tests/helpers.py)."""
 
 from __future__ import annotations
 
 import copy
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, settings
+
+from tests.helpers import CONTRACT_PATH, REPO_ROOT, ScenarioFile, WriteYaml, edit_key_path
 
 # Property tests draw the same examples on every run (CI included): a failure is reproducible,
 # never a flake. HYPOTHESIS_PROFILE=explore searches afresh, for hunting bugs locally. No profile
@@ -20,51 +22,26 @@ from hypothesis import HealthCheck, settings
 _NO_WALL_CLOCK: dict[str, Any] = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("fixed", derandomize=True, database=None, **_NO_WALL_CLOCK)
 settings.register_profile("explore", **_NO_WALL_CLOCK)
-#: The engine property tests' profiles (tests/property/conftest.py) select the matching global one.
+
+# The profiles the engine property tests apply test by test (`@settings.get_profile(...)`, in any
+# folder): "ci" (the default: derandomized, no example database, the same examples every run)
+# and "dev" (`HYPOTHESIS_PROFILE=dev`: new examples every run, failures kept in .hypothesis/).
+# An example is a whole simulation, hence no deadline and no data-too-large check either. They
+# are registered here, at the root, so a test in any folder can pick one, and not loaded
+# globally (that would change how many examples every other hypothesis test runs).
+_WHOLE_SIMULATION = {
+    "deadline": None,
+    "suppress_health_check": (HealthCheck.too_slow, HealthCheck.data_too_large),
+}
+settings.register_profile("dev", max_examples=40, print_blob=True, **_WHOLE_SIMULATION)
+settings.register_profile(
+    "ci", max_examples=120, derandomize=True, database=None, print_blob=True, **_WHOLE_SIMULATION
+)
+#: HYPOTHESIS_PROFILE names an engine profile ("ci", "dev") or a global one ("fixed",
+#: "explore"); the engine profiles select the matching global one.
 _GLOBAL_PROFILE = {"ci": "fixed", "dev": "explore"}
 _profile = os.environ.get("HYPOTHESIS_PROFILE") or "fixed"
 settings.load_profile(_GLOBAL_PROFILE.get(_profile, _profile))
-
-#: The repository (the folder holding `sim/` and `tests/`).
-REPO_ROOT = Path(__file__).resolve().parents[1]
-#: The public contract example, bundled as the default scenario (a user's clone has nothing beside
-#: it, so tests never read outside the repository).
-CONTRACT_PATH = REPO_ROOT / "scenarios" / "default.yaml"
-
-_KEY_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-
-#: An edit mapping a key path to this value deletes the key instead of setting it.
-DELETE: Any = ...
-
-WriteYaml = Callable[..., Path]
-ScenarioFile = Callable[..., Path]
-
-
-def key_path_parts(path: str) -> list[str | int]:
-    """'workflow.steps[3].after[0]' -> ['workflow', 'steps', 3, 'after', 0], as in messages."""
-    parts: list[str | int] = []
-    for name, index in _KEY_PART.findall(path):
-        parts.append(int(index) if index else name)
-    if not parts:
-        raise ValueError(f"empty key path {path!r}")
-    return parts
-
-
-def edit_key_path(data: Any, path: str, value: Any) -> None:
-    """Set (or, with `...` as value, delete) `path` in nested dicts and lists, in place.
-
-    A list index equal to the list's length appends; missing mapping keys on the way are created.
-    """
-    *head, last = key_path_parts(path)
-    node = data
-    for part in head:
-        node = node[part] if isinstance(part, int) else node.setdefault(part, {})
-    if value is DELETE:
-        del node[last]
-    elif isinstance(last, int) and last == len(node):
-        node.append(value)
-    else:
-        node[last] = value
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,7 @@ READS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 #: LiteLLM 1.110.2's own keys, per mapping, that are close to a key the import reads there but
-#: are not read: never taken for a typo (tests/adapters/test_litellm_typos.py holds this to the
+#: are not read: never taken for a typo (tests/integration/test_litellm_typos.py holds this to the
 #: installed LiteLLM).
 LITELLM_NEIGHBOURS: dict[str, tuple[str, ...]] = {
     "top": ("general_settings",),

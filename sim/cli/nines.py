@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     type=click.FloatRange(min=0, min_open=True),
     default=120.0,
     show_default=True,
-    help="Stop after this many seconds of wall time at most (checked between batches).",
+    help="Stop after this many seconds of wall time at most (checked between batches); the "
+    "output then says the numbers depend on the machine.",
 )
 @click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
 @click.option(
@@ -62,9 +63,11 @@ def nines(
     with a 95% CI, by importance sampling: rare misses (1e-4, 1e-5) in seconds."""
     from sim.rare.nines import estimate_nines  # noqa: PLC0415
     from sim.rare.output import (  # noqa: PLC0415 - matplotlib only when asked for
+        NOTES,
         as_nines,
         comparison_lines,
         composition_lines,
+        stop_lines,
         write_nines,
     )
 
@@ -94,10 +97,12 @@ def nines(
             f"{folder}/tilt.txt",
             markup=False,
         )
+    for line in stop_lines(result):
+        out.print(line, markup=False)
     for warning in result.warnings:
         err.print(f"warning: {warning}", markup=False)
     figure = "" if no_plot else ", figures/nines.png"
-    out.print(f"results: {folder}/ (nines.csv, tilt.txt{figure})", markup=False)
+    out.print(f"results: {folder}/ (nines.csv, tilt.txt, {NOTES}{figure})", markup=False)
 
 
 def _table(result: NinesResult, as_nines: Callable[[float, float, float], str]) -> Table:

@@ -3,7 +3,7 @@
 Two releases: 1.80.0, read from its source (below), and 1.110.2 (the default,
 `litellm_version: "1.110"`), whose Router decides in a compiled core (`litellm/router_rust/`,
 no source shipped) and differs from 1.80.0 where driving both Routers on mocked failures
-showed it (tests/unit/test_router.py): its backoff exponent counts 0, 1, 2, ... (1.80.0:
+showed it (tests/policy/test_router.py): its backoff exponent counts 0, 1, 2, ... (1.80.0:
 0, 0, 1, ...); after a failed retry with no healthy deployment left it stops at once (no
 sleep) and goes to the fallbacks; the failure-share cooldown rule needs 5 calls this minute
 (`DEFAULT_FAILURE_THRESHOLD_MINIMUM_REQUESTS`); `retry_policy` also reads

@@ -7,7 +7,9 @@ mixture of the nominal law and those tilts (`sim.rare.tilt.TiltedDrawBank`), run
 policy on each batch (common random numbers: the same inputs and weights for every policy),
 and stops when every policy's 95% interval is within `target_rel_error` of its estimate, or
 at the budget. The weights are watched (effective sample size, the largest weight's share): if
-they degenerate, it warns and falls back to plain sampling.
+they degenerate, it warns and falls back to plain sampling. The result says what ended the run
+(`stopped_by`) and which pilots the budget cut short: only a run the target ended, with no pilot
+cut, has numbers that depend on the scenario and seed alone, not on the machine's speed.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ MIN_ELITE_MISSES = 50
 MAX_SHARE = 0.5
 #: ... once the policy has this many misses.
 MIN_MISSES_FOR_CHECK = 20
+#: What ended the batches (`NinesResult.stopped_by`): the precision target was met, the
+#: wall-clock budget ran out, or the cap of runs per policy was reached.
+STOPPED_BY_TARGET, STOPPED_BY_BUDGET, STOPPED_BY_RUNS = "target", "budget", "max_runs"
 
 
 @dataclass
@@ -62,6 +67,7 @@ class PolicyEstimate:
     seconds: float = 0.0
     levels: int = 0  # cross-entropy levels fitted for its tilt
     pilot_runs: int = 0  # requests its cross-entropy pilot drew
+    pilot_cut: bool = False  # its pilot ran out of its share of the budget short of the miss
     stalled: float = 0.0  # weighted misses with at least one long first-attempt stall
     stalled_twice: float = 0.0  # ... with two or more
     by_step: np.ndarray | None = None  # weighted misses with a long stall at each step
@@ -87,6 +93,17 @@ class NinesResult:
     pilot_seconds: float = 0.0
     #: Per pair of policies (a, b): sums of w (1{a misses} - 1{b misses}) and of its square.
     paired: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: What ended the batches: STOPPED_BY_TARGET, STOPPED_BY_BUDGET or STOPPED_BY_RUNS.
+    stopped_by: str = ""
+
+    @property
+    def machine_dependent(self) -> bool:
+        """True if the wall-clock budget shaped the numbers: it ended the batches, or cut a
+        policy's cross-entropy pilot short (its tilt, and so every batch, would differ on a
+        faster or slower machine)."""
+        return self.stopped_by == STOPPED_BY_BUDGET or any(
+            e.pilot_cut for e in self.estimates.values()
+        )
 
     @property
     def table(self) -> pd.DataFrame:
@@ -213,9 +230,9 @@ def estimate_nines(
             components, shares = [plain], [1.0]
             result.fallback, result.method = True, "plain"
             for name in names:
-                spent = estimates[name].seconds
-                estimates[name] = PolicyEstimate(name, engine=estimates[name].engine,
-                                                 seconds=spent)  # fmt: skip
+                old = estimates[name]  # the pilot's cut still shaped the tilt tried first
+                estimates[name] = PolicyEstimate(name, engine=old.engine, seconds=old.seconds,
+                                                 pilot_cut=old.pilot_cut)  # fmt: skip
             result.paired.clear()
             continue
         done = all(
@@ -225,7 +242,13 @@ def estimate_nines(
         )
         spent = time.perf_counter() - began
         runs = min(e.miss.n for e in estimates.values())
-        if done or spent >= budget_s or (max_runs is not None and runs >= max_runs):
+        if done:
+            result.stopped_by = STOPPED_BY_TARGET
+        elif spent >= budget_s:
+            result.stopped_by = STOPPED_BY_BUDGET
+        elif max_runs is not None and runs >= max_runs:
+            result.stopped_by = STOPPED_BY_RUNS
+        if result.stopped_by:
             break
     result.seconds = time.perf_counter() - began
     for name, e in estimates.items():
@@ -276,7 +299,10 @@ def _fit(
         background, jump = jump_update(
             background, jump, bank.samples, bank.weight * elite, setup.groups
         )
-        if gamma >= 1.0 or time.perf_counter() > until:
+        if gamma >= 1.0:
+            break
+        if time.perf_counter() > until:  # out of its share of the budget short of the miss
+            estimates[name].pilot_cut = level + 1 < MAX_LEVELS
             break
     return background, jump
 

@@ -1,5 +1,6 @@
 """`tailsim nines` on disk and for people: nines.csv, the per-policy figure on a log axis, the
-tilt, and the plain-language lines (nines with their interval, which pairs differ)."""
+tilt, the notes (what ended the run), and the plain-language lines (nines with their interval,
+which pairs differ, whether the numbers depend on the machine)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from sim.model.words import plural
 from sim.output.colors import policy_colors
 from sim.output.results import staged
-from sim.rare.nines import NinesResult
+from sim.rare.nines import MIN_ESS, STOPPED_BY_BUDGET, STOPPED_BY_TARGET, NinesResult
 
 NINES_FIGURE = "figures/nines.png"
+#: How the run stopped and whether its numbers depend on the machine, with its warnings.
+NOTES = "notes.txt"
 
 
 def as_nines(p: float, lo: float, hi: float) -> str:
@@ -70,6 +74,39 @@ def composition_lines(result: NinesResult) -> list[str]:
     return lines
 
 
+def stop_lines(result: NinesResult) -> list[str]:
+    """What ended the run and whether its numbers depend on this machine: the precision target
+    (they do not: the same scenario and seed give them anywhere), the wall-clock budget (they
+    do: a faster machine runs more batches in it), the cap on runs; and each policy whose
+    cross-entropy pilot the budget cut short (its tilt would differ on another machine)."""
+    target = f"every policy's 95% CI within {100 * result.target_rel_error:g}% of its estimate"
+    if result.method == "importance":
+        target += f" with an effective sample size of at least {MIN_ESS:,}"
+    runs = min((e.miss.n for e in result.estimates.values()), default=0)
+    if result.stopped_by == STOPPED_BY_TARGET:
+        line = f"stopped: at the target ({target}), after {runs:,} runs per policy"
+    elif result.stopped_by == STOPPED_BY_BUDGET:
+        line = (
+            f"stopped: by the time budget (--budget-s {result.budget_s:g}), not the target "
+            f"({target}), after {runs:,} runs per policy: how many runs fit in the budget, and "
+            "so every number here, depends on this machine's speed and load; a larger "
+            "--budget-s or a looser --target-rel-error gives numbers that do not"
+        )
+    else:
+        line = f"stopped: at the cap of {runs:,} runs per policy, before the target ({target})"
+    lines = [line]
+    for name, e in result.estimates.items():
+        if e.pilot_cut:
+            lines.append(
+                f"stopped: the cross-entropy pilot of '{name}' ran out of its share of the time "
+                f"budget after {plural(e.levels, 'level')}, short of the miss: its tilt, and so "
+                "every number here, depends on this machine's speed"
+            )
+    if result.machine_dependent and result.stopped_by != STOPPED_BY_BUDGET:
+        lines[0] += " (but see below)"
+    return lines
+
+
 def nines_figure(result: NinesResult) -> Figure:
     """The miss probability per policy with its 95% interval, on a log axis."""
     table = result.table
@@ -115,11 +152,13 @@ def nines_figure(result: NinesResult) -> Figure:
 
 
 def write_nines(result: NinesResult, folder: Path, figures: bool = True) -> Path:
-    """Write nines.csv, tilt.txt and figures/nines.png to `folder` atomically."""
+    """Write nines.csv, tilt.txt, notes.txt and figures/nines.png to `folder` atomically."""
     with staged(folder, overwrite=True) as staging:
         result.table.to_csv(staging / "nines.csv", index=False)
         lines = [f"{name}: {result.describe_tilt(name)}" for name in result.tilts]
         (staging / "tilt.txt").write_text("\n".join(lines or ["none"]) + "\n", encoding="utf-8")
+        notes = stop_lines(result) + [f"warning: {warning}" for warning in result.warnings]
+        (staging / NOTES).write_text("\n".join(notes) + "\n", encoding="utf-8")
         if figures:
             (staging / "figures").mkdir()
             fig = nines_figure(result)

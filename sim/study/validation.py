@@ -9,10 +9,10 @@ quantiles, batch means for queue waits and occupancy (autocorrelated series). In
 exactly (every race loser cancelled, cancelled calls billed in full) are compared exactly, up to
 floating-point rounding.
 
-`tailsim validate` prints these checks; tests/validation runs the same ones, at the same fixed
-seed, so both are deterministic. With another seed a correct simulator still fails a row by chance
-now and then (measured: well under 1% of seeds, the queue-wait rows being the likeliest, as their
-batch-means SE is itself skewed). The engine never imports this module.
+`tailsim validate` prints these checks; tests/integration/validation runs the same ones, at the
+same fixed seed, so both are deterministic. With another seed a correct simulator still fails a
+row by chance now and then (measured: well under 1% of seeds, the queue-wait rows being the
+likeliest, as their batch-means SE is itself skewed). The engine never imports this module.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Checks of a drawn figure's text, as a reader meets it: every text the renderer draws lies
 inside the figure (nothing cut at an edge), and no two tick labels of an axis overlap.
 
-Used by tests/output/test_figure_text.py. A tick label the axis does not draw (its tick outside
+Used by tests/integration/test_figure_text.py. A tick label the axis does not draw (its tick outside
 the view) is left out, as is empty text.
 """
 
