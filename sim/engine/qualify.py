@@ -2,8 +2,9 @@
 
 Two checks. Before: `qualifies` is a whitelist: every scenario field the vectorized engine does
 not implement must be at its default, and the runtime policy and latency laws must be exactly the
-classes it knows, so a feature added later (slowdown, episodes, SDK retries, validators...) falls
-back to the event engine instead of silently giving other numbers. After: `limit_that_binds`
+classes it knows, so a feature added later (slowdown, episodes, validators...) falls back to the
+event engine instead of silently giving other numbers. A provider's client rules (`sdk`,
+`overhead_s`) it implements per call (`sim.engine.vector_client`). After: `limit_that_binds`
 replays the vectorized calls against every provider's slots and quotas; if any would ever have
 made a call wait or refused one, the calls would not have been independent, and it says which.
 """
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 from sim.engine.simulation import serving_latencies
 from sim.model.config import (
     ArrivalsSpec,
+    BackoffSpec,
     BillingSpec,
     CustomerRetrySpec,
     CustomersSpec,
@@ -33,6 +35,7 @@ from sim.model.config import (
     ProviderSpec,
     RacePolicy,
     Scenario,
+    SdkSpec,
     ServingSpec,
     StallSpec,
     StepSpec,
@@ -40,7 +43,14 @@ from sim.model.config import (
     WhenHardSpec,
     WorkflowSpec,
 )
-from sim.model.latency import CallLatency, Constant, Empirical, Exponential, LogNormal
+from sim.model.latency import (
+    CallLatency,
+    Constant,
+    Empirical,
+    Exponential,
+    LogNormal,
+    build_distribution,
+)
 from sim.model.words import plural
 from sim.policy.kinds import Hedge, Race, Sequential
 from sim.policy.plans import Attempt, Policy
@@ -77,7 +87,47 @@ KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
     HardnessSpec: frozenset({"share"}),
     WhenHardSpec: frozenset({"invalid_rate", "length"}),
     PriceSpec: frozenset({"input", "output"}),
-    ProviderSpec: frozenset({"concurrency", "tpm", "rpm", "serves"}),
+    # the client's rules per call (issue 24, item 7); a 429's Retry-After headers and how the
+    # client reads them are never used: without shared state no call is rate-limited
+    ProviderSpec: frozenset(
+        {
+            "concurrency",
+            "tpm",
+            "rpm",
+            "serves",
+            "sdk",
+            "overhead_s",
+            "overhead_held",
+            "retry_after",
+            "retry_after_ms",
+        }
+    ),
+    SdkSpec: frozenset(
+        {
+            "preset",
+            "retries",
+            "retry_on",
+            "backoff",
+            "timeout_s",
+            "honours_deadline",
+            "retry_after_ms",
+            "retry_after_max_s",
+            "retry_after_above_max",
+            "retry_after_integer_only",
+            "retry_after_jitter_s",
+        }
+    ),
+    BackoffSpec: frozenset(
+        {
+            "base_s",
+            "max_s",
+            "multiplier",
+            "jitter",
+            "jitter_s",
+            "honour_retry_after",
+            "retry_after_max_s",
+        }
+    ),
     ServingSpec: frozenset({"ttft_s", "tokens_per_s", "stall", "error_rate", "invalid_rate"}),
     StallSpec: frozenset({"probability", "extra_s"}),
     DistSpec: frozenset(
@@ -100,7 +150,11 @@ _NOT_WALKED = {(Scenario, "policies"), (Scenario, "sweep"), (Scenario, "slo")}
 _KNOWN_VALUES: dict[tuple[type[BaseModel], str], frozenset[Any]] = {
     (BillingSpec, "cancelled"): frozenset({"full", "elapsed", "none"}),
     (DistSpec, "dist"): frozenset({"lognormal", "exponential", "constant", "empirical"}),
+    (BackoffSpec, "jitter"): frozenset({"none", "full", "equal", "sdk", "additive"}),
 }
+#: What a client may retry that the vectorized engine knows (`sdk.retry_on`): of these, only
+#: hard errors (5xx) and its own timeouts ever happen without shared state.
+_KNOWN_RETRY_ON = frozenset({"429", "408", "409", "5xx", "timeout", "connection"})
 #: Runtime policy classes and the attributes they may have.
 _POLICY_ATTRIBUTES: dict[type[Policy], frozenset[str]] = {
     Sequential: frozenset({"name", "plans", "backoff", "controls"}),
@@ -139,6 +193,8 @@ def qualifies(scenario: Scenario, policy: Policy) -> tuple[bool, str]:
         reason = _foreign_runtime(policy)
     if reason is None:
         reason = _foreign_latency(scenario)
+    if reason is None:
+        reason = _foreign_client(scenario)
     return reason is None, reason or ""
 
 
@@ -201,6 +257,19 @@ def _foreign_latency(scenario: Scenario) -> str | None:
         for dist in (law.ttft, law.tokens_per_s, law.stall_extra):
             if dist is not None and type(dist) not in _DISTRIBUTIONS:
                 return f"{provider}/{model} uses distribution {type(dist).__name__}"
+    return None
+
+
+def _foreign_client(scenario: Scenario) -> str | None:
+    """Why a provider's client rules are not ones the vectorized engine reproduces, or None."""
+    for name, spec in scenario.providers.items():
+        unknown = sorted(set(spec.sdk.retry_on) - _KNOWN_RETRY_ON)
+        if unknown:
+            return f"providers.{name}.sdk.retry_on has {unknown[0]!r}"
+        if spec.overhead_s is not None:
+            law = build_distribution(spec.overhead_s)
+            if type(law) not in _DISTRIBUTIONS:
+                return f"providers.{name}.overhead_s uses distribution {type(law).__name__}"
     return None
 
 
