@@ -87,8 +87,8 @@ KNOWN_FIELDS: dict[type[BaseModel], frozenset[str]] = {
     HardnessSpec: frozenset({"share"}),
     WhenHardSpec: frozenset({"invalid_rate", "length"}),
     PriceSpec: frozenset({"input", "output"}),
-    # the client's rules per call (issue 24, item 7); a 429's Retry-After headers and how the
-    # client reads them are never used: without shared state no call is rate-limited
+    # the client's rules, run per call (sim.engine.vector_client); a 429's Retry-After headers
+    # and how the client reads them are never used: without shared state no call is limited
     ProviderSpec: frozenset(
         {
             "concurrency",

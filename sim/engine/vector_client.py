@@ -365,12 +365,14 @@ class VectorClient:
     def _stream(self, key: tuple[str | int, ...], rows: np.ndarray) -> np.ndarray:
         """Rows `rows` of the bank's per-request stream `key` (`CallDrawBank.uniform`): of a
         plain bank, the whole column drawn once as an array from the same generator (checked
-        against a two-row bank of the same streams); of any other bank, row by row."""
+        against a two-row bank of the same streams); of a bank that reads these streams as the
+        plain one does (a tilted bank), its column; of any other bank, row by row."""
         bank = self.bank
-        if type(bank) is not CallDrawBank:
-            return np.asarray([bank.uniform(int(r), *key) for r in rows.tolist()], dtype=float)
         column = self._columns.get(key)
-        if column is None:
+        if column is not None:
+            return column[rows]
+        kind = type(bank)
+        if kind is CallDrawBank:
             generator = bank.streams.generator("extra", *key)
             if bank.first:  # a chunk's bank starts at request `first`
                 generator.bit_generator.advance(bank.first)
@@ -378,5 +380,12 @@ class VectorClient:
             check = CallDrawBank(bank.streams, 2, bank.first).uniform_column(key)
             if column[: len(check)].tolist() != check[: bank.n_requests]:
                 column = np.asarray(bank.uniform_column(key), dtype=float)
-            self._columns[key] = column
+        elif (
+            kind.uniform is CallDrawBank.uniform
+            and kind.uniform_column is CallDrawBank.uniform_column
+        ):
+            column = np.asarray(bank.uniform_column(key), dtype=float)
+        else:
+            return np.asarray([bank.uniform(int(r), *key) for r in rows.tolist()], dtype=float)
+        self._columns[key] = column
         return column[rows]

@@ -43,7 +43,7 @@ from sim.policy.build import build_policy
 from sim.policy.deadlines import resolve_expected
 from sim.rare.batch import make_setup, run_batch
 from sim.rare.nines import estimate_nines
-from sim.rare.tilt import SlotTilt, Tilt, identity_tilt, slot_keys
+from sim.rare.tilt import SlotTilt, Tilt, TiltedDrawBank, identity_tilt, slot_keys
 from sim.study.pilot import resolve_specs, resolve_thresholds
 from tests.unit.helpers import build, const, serving, step
 
@@ -691,6 +691,28 @@ def test_a_nines_batch_reads_the_tilted_draws_alike_on_both_engines() -> None:
         np.testing.assert_array_equal(out_fast[name].fail, out_slow[name].fail)
         np.testing.assert_allclose(out_fast[name].score, out_slow[name].score, rtol=RTOL)
     assert any(out_fast[name].miss.any() for name in names)
+
+
+def test_both_engines_read_a_tilted_bank_alike_call_by_call() -> None:
+    """On a tilted bank (every slot's first call tilted hard towards slow and failing), the
+    vectorized engine's tables are the event engine's: the SDK retries' plain blocks, the
+    overhead and the SDK's waits are read alike."""
+    scenario = nines_scenario()
+    steps = Workflow.from_scenario(scenario).steps
+    slots = {(s.id, a): SlotTilt((1.5, -1.0, 1.0), (0.08, 0.24), (0.3, 0.6)) for s in steps
+             for a in range(3)}  # fmt: skip
+    for name in ("cut", "race"):
+        thresholds = {s.id: 3.0 for s in steps}  # cut's cutoff (race has none)
+        policy = build_policy(name, scenario.policies[name], scenario, steps, thresholds)
+        streams = Streams(4, "main")
+        arrivals = arrival_times(scenario.arrivals, 300, streams.generator("arrivals"))
+        bank = TiltedDrawBank(streams.child("calls"), 300, [Tilt(slots)], [1.0])
+        records = Simulation(scenario, policy, bank, streams).run(arrivals)
+        fast, why = vectorized_tables(scenario, policy, bank, arrivals, "vectorized")
+        assert fast is not None, why
+        pd.testing.assert_frame_equal(fast.requests, requests_frame(records), rtol=RTOL)
+        pd.testing.assert_frame_equal(fast.calls, calls_frame(records), rtol=RTOL)
+        assert fast.calls["sdk_retry"].gt(0).any()
 
 
 def test_tailsim_nines_rides_the_vectorized_engine_with_client_rules() -> None:
