@@ -4,9 +4,10 @@ Two checks. Before: `qualifies` holds the policy's features (named by the compil
 `sim.plan.features`: every format field set away from its default, the kind, customer re-sends,
 the laws) against `VECTORIZED_FEATURES`, what the vectorized engine implements, so a feature
 added later (slowdown, episodes, validators...) falls back to the event engine instead of
-silently giving other numbers. After: `limit_that_binds` replays the vectorized calls against
-every provider's slots and quotas; if any would ever have made a call wait or refused one, the
-calls would not have been independent, and it says which.
+silently giving other numbers; a provider's client rules (`sdk`, `overhead_s`) it implements
+per call (`sim.engine.vector_client`). After: `limit_that_binds` replays the vectorized calls
+against every provider's slots and quotas; if any would ever have made a call wait or refused
+one, the calls would not have been independent, and it says which.
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from sim.model.config import ProviderSpec
 from sim.model.words import plural
 from sim.plan import PolicyPlan
 
-#: Features the vectorized engine implements beyond the plain ones (per-call, nothing shared).
-VECTORIZED_FEATURES: frozenset[str] = frozenset()
+#: Features the vectorized engine implements beyond the plain ones (per call, nothing shared):
+#: a provider's client rules (`sdk`, `overhead_s`: `sim.engine.vector_client`), and how a 429's
+#: Retry-After is sent (never used: without shared state no call is rate-limited).
+VECTORIZED_FEATURES: frozenset[str] = frozenset(
+    {"client.sdk", "client.overhead", "quota.retry_after", "quota.retry_after_ms"}
+    | {f"client.retry_on.{kind}" for kind in ("429", "408", "409", "5xx", "timeout", "connection")}
+)
 
 
 def qualifies(

@@ -6,15 +6,17 @@ the `outcome`, `ended_by` and end-kind columns, `CallArrays` (every call as colu
 (one `_Chunk` per call slot and set of requests) and `VectorCalls`, the part of
 `sim.engine.vectorized.VectorizedSimulation` that records a slot's calls and finishes them:
 every cancellation applied (deadline, race or hedge loser, a run failed by another branch),
-what ended each call named, and each call billed as `Provider.call` bills it. It also holds
-`UnsupportedError`, which every part of the vectorized engine raises when it cannot reproduce
-a case (the event engine then runs it).
+what ended each call named, and each call billed as `Provider.call` bills it. A call of a
+provider whose client acts on its own (SDK retries, its timeout, overhead:
+`sim.engine.vector_client`) is a `ClientChunk`, settled by `_settle_client` (its overhead's
+after part kept apart). It also holds `UnsupportedError`, which every part of the vectorized
+engine raises when it cannot reproduce a case (the event engine then runs it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,7 +31,7 @@ from sim.model.provider import (
     OUTCOMES,
 )
 from sim.model.workflow import Step, Workflow
-from sim.policy.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, ENDED_BY
+from sim.policy.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, BY_SDK, ENDED_BY
 from sim.policy.plans import Attempt
 
 # Outcome codes: indices into OUTCOMES (the `outcome` column).
@@ -40,12 +42,13 @@ O_TIMEOUT, O_CANCELLED = OUTCOMES.index(OUTCOME_TIMEOUT), OUTCOMES.index(OUTCOME
 DRAWN_OUTCOME = np.zeros(3, dtype=np.int8)
 DRAWN_OUTCOME[[OK, ERROR, INVALID]] = [O_OK, O_ERROR, O_INVALID]
 # What ended a call early: indices into ENDED_BY (the `ended_by` column; "" ended on its own).
-E_NONE, E_ATTEMPT, E_DEADLINE, E_LOSER, E_RUN = (
-    ENDED_BY.index(e) for e in ("", BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN)
+E_NONE, E_ATTEMPT, E_DEADLINE, E_LOSER, E_RUN, E_SDK = (
+    ENDED_BY.index(e) for e in ("", BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, BY_SDK)
 )
 
 # How a call's uninterrupted life ends (before any cancellation).
 K_NATURAL, K_CUT, K_UNSERVED = 0, 1, 2  # ran to its end / cut at give-up / cut as it got a slot
+K_LATE = 3  # served, then cut while its overhead's after part ran (a client's call only)
 
 
 class UnsupportedError(Exception):
@@ -70,6 +73,10 @@ class CallArrays:
     cost: np.ndarray
     quota_tokens: np.ndarray  # int64 tokens the quota took at admission
     ended_by: np.ndarray  # int8 index into ENDED_BY: what ended it early (0: nothing)
+    #: int64 SDK retry (0: the policy's call) and the call's overhead seconds; None: every
+    #: call 0 (no provider's client acts on its own)
+    sdk_retry: np.ndarray | None = None
+    overhead: np.ndarray | None = None
 
 
 @dataclass
@@ -94,14 +101,35 @@ class _Chunk:
     output_tokens: int
 
 
-#: Raw fields of a chunk that `VectorCalls._settle` reads.
+@dataclass
+class ClientChunk(_Chunk):
+    """The calls of one SDK retry `sdk` of a call slot, on a provider whose client acts on its
+    own (`sim.engine.vector_client`), those never made (sent after their attempt's
+    cancellation) left out: `natural` is when the caller sees its end (after the overhead's
+    after part), `served` when the provider is done with it (the slot is freed), `cancel_at`
+    the call's own cancellation (inf: none) and `late` whether that lands in the after part
+    (billed as served); `by_sdk` a cut is the client's timeout; `tail` the attempt's end where
+    the client slept past this, its last call (NaN otherwise)."""
+
+    sdk: int = 0
+    served: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    late: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    by_sdk: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    overhead: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tail: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+#: Raw fields of a chunk that `VectorCalls._settle` reads (and, of a client's, `_settle_client`).
 _RAW = ("start", "natural", "kind", "drawn", "ttft", "generating", "cancel_at", "deadline")
+_CLIENT_RAW = (*_RAW, "served", "late", "by_sdk", "tail")
 _DTYPES = {
     "request": np.int64, "step": np.int32, "attempt": np.int32, "provider": np.int32,
     "model": np.int32, "start": float, "end": float, "ttft": float, "outcome": np.int8,
     "billed_input": np.int64, "billed_output": np.int64, "cost": float,
     "quota_tokens": np.int64, "ended_by": np.int8,
 }  # fmt: skip
+#: The columns a clients' chunk adds (`CallArrays.sdk_retry`, `.overhead`).
+_CLIENT_DTYPES = {"sdk_retry": np.int64, "overhead": float}
 
 
 class CallLog:
@@ -109,9 +137,13 @@ class CallLog:
 
     def __init__(self) -> None:
         self.chunks: list[_Chunk] = []
+        #: A client's chunk was logged: the columns carry `sdk_retry` and `overhead`.
+        self.client = False
 
     def add(self, chunk: _Chunk) -> None:
         self.chunks.append(chunk)
+        if isinstance(chunk, ClientChunk):
+            self.client = True
 
     def columns(
         self, final: Callable[[_Chunk, dict[str, np.ndarray]], None]
@@ -119,7 +151,8 @@ class CallLog:
         """Every CallArrays column over all chunks, in chunk order: each chunk's slice written
         in place by `final(chunk, its slices)` (no per-chunk temporaries to concatenate)."""
         total = sum(len(c.rows) for c in self.chunks)
-        out = {name: np.empty(total, dtype=dtype) for name, dtype in _DTYPES.items()}
+        dtypes = (_DTYPES | _CLIENT_DTYPES) if self.client else _DTYPES
+        out = {name: np.empty(total, dtype=dtype) for name, dtype in dtypes.items()}
         offset = 0
         for c in self.chunks:
             k = offset + len(c.rows)
@@ -130,19 +163,27 @@ class CallLog:
             part["provider"].fill(c.provider)
             part["model"].fill(c.model)
             part["start"][:] = c.start
+            if self.client:
+                client = isinstance(c, ClientChunk)
+                part["sdk_retry"].fill(c.sdk if client else 0)  # type: ignore[attr-defined]
+                part["overhead"][:] = c.overhead if client else 0.0  # type: ignore[attr-defined]
             final(c, part)
             offset = k
         return out
 
-    def gather(self, which: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def gather(
+        self, which: np.ndarray, client: bool = False
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """(positions in `columns()`, raw fields plus request, step and model) of the calls of
-        the requests where `which` (a boolean per request) is true."""
+        the requests where `which` (a boolean per request) is true: of the plain chunks, or
+        (`client`) of the clients' chunks with their own fields too."""
         positions, parts, offset = [], [], 0
+        names = _CLIENT_RAW if client else _RAW
         for c in self.chunks:
-            local = np.flatnonzero(which[c.rows])
+            local = np.flatnonzero(which[c.rows]) if isinstance(c, ClientChunk) == client else ()
             if len(local):
                 positions.append(local + offset)
-                part = {name: getattr(c, name)[local] for name in _RAW}
+                part = {name: getattr(c, name)[local] for name in names}
                 part["request"] = c.rows[local]
                 for name in ("step", "model", "output_tokens"):
                     part[name] = np.full(len(local), getattr(c, name), dtype=np.int64)
@@ -167,6 +208,8 @@ class VectorCalls:
     _prices: list[tuple[float, float]]
     hardness: Hardness | None
     _hard: np.ndarray | None
+    #: A client's attempt logged (`sim.engine.vector_client.VectorClient._client_log`).
+    _client_log: Callable[..., None]
 
     def _log(
         self,
@@ -181,7 +224,11 @@ class VectorCalls:
         cancel_at: np.ndarray,
         deadline: np.ndarray,
     ) -> None:
-        """Record one call slot's calls for `rows` (deadline: their runs' deadlines)."""
+        """Record one call slot's calls for `rows` (deadline: their runs' deadlines). A client's
+        attempt (its `billing` a `ClientLife`, not the plain tuple) logs its own calls."""
+        if not isinstance(billing, tuple):
+            self._client_log(step, attempt, plan, rows, billing, cancel_at, deadline)
+            return
         drawn, ttft, generating = billing
         provider, model = self.providers.index(plan.provider), self.models.index(plan.model)
         groups: list[tuple[np.ndarray | None, int]] = [(None, step.output_tokens)]
@@ -201,7 +248,7 @@ class VectorCalls:
     def _final(self, chunk: _Chunk, out: dict[str, np.ndarray]) -> None:
         """Write the final columns of a chunk's calls into `out`, no run closed early: a call
         that ran to its natural end follows from its drawn outcome alone (a lookup); the others
-        (cancelled, cut) are settled as `_settle` does."""
+        (cancelled, cut) are settled as `_settle` does, a client's as `_settle_client` does."""
         drawn = chunk.drawn
         price_in, price_out = self._prices[chunk.model]
         ins, outs = np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64)  # by drawn
@@ -217,8 +264,9 @@ class VectorCalls:
         out["ended_by"].fill(E_NONE)
         cancel_at = chunk.cancel_at
         cancelled = cancel_at < np.inf
-        odd = chunk.kind != K_NATURAL  # cut at give-up or unserved
-        if self.billing != "elapsed" and cancelled.any():
+        odd = chunk.kind != K_NATURAL  # cut at give-up or unserved (or in an after part)
+        client = isinstance(chunk, ClientChunk)
+        if self.billing != "elapsed" and cancelled.any() and not client:
             # cancelled (by the deadline or as a loser): billed in full or not at all, so a
             # mask over the chunk does it, no gathers
             put_masked(out["end"], cancelled, cancel_at)
@@ -235,8 +283,9 @@ class VectorCalls:
             odd |= cancelled
         special = np.flatnonzero(odd)
         if len(special):
-            settled = self._settle(
-                {name: getattr(chunk, name)[special] for name in _RAW},
+            settle, names = (self._settle_client, _CLIENT_RAW) if client else (self._settle, _RAW)
+            settled = settle(
+                {name: getattr(chunk, name)[special] for name in names},
                 np.int64(chunk.input_tokens), np.int64(chunk.output_tokens), price_in, price_out,
             )  # fmt: skip
             for name, values in settled.items():
@@ -250,37 +299,44 @@ class VectorCalls:
         interrupt causes and policy cuts do) and bill each call as `Provider.call` does (with
         the deadline propagated, which qualifying requires). Also return the requests whose
         failure coincides with an event of another branch (a call ending or starting at that
-        very instant): which came first is simpy's event order, so the event engine replays
-        them."""
+        very instant, a client's call freeing its slot or its sleep ending then): which came
+        first is simpy's event order, so the event engine replays them."""
         col = self.log.columns(self._final)
         which = closed_at < np.inf
         if not which.any():
             return CallArrays(**col), np.zeros(0, dtype=np.int64)
         # only the calls of runs a failure closed early change: redo them from their lives
-        at, raw = self.log.gather(which)
-        request, start, natural = raw["request"], raw["start"], raw["natural"]
-        closed = closed_at[request]
-        other_branch = raw["step"] != failing[request]
-        coincide = other_branch & (
-            (start == closed) | (np.minimum(natural, raw["cancel_at"]) == closed)
-        )
-        unclear = np.unique(request[coincide])
-        steps = self.workflow.steps
-        input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[raw["step"]]
-        output_tokens = raw["output_tokens"]  # the call's own (a hard request's may be longer)
-        prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
-        settled = self._settle(
-            {name: raw[name] for name in _RAW},
-            input_tokens, output_tokens, prices[:, 0], prices[:, 1], closed,
-        )  # fmt: skip
-        for name, values in settled.items():
-            col[name][at] = values
-        keep = start <= closed  # calls a failed run never started are dropped
-        if not keep.all():
+        unclear, dropped = [], []
+        for client in (False, True) if self.log.client else (False,):
+            at, raw = self.log.gather(which, client)
+            if not len(at):
+                continue
+            request, start, natural = raw["request"], raw["start"], raw["natural"]
+            closed = closed_at[request]
+            other_branch = raw["step"] != failing[request]
+            events = (start == closed) | (np.minimum(natural, raw["cancel_at"]) == closed)
+            if client:
+                events |= (raw["served"] == closed) | (raw["tail"] == closed)
+            unclear.append(request[other_branch & events])
+            steps = self.workflow.steps
+            input_tokens = np.asarray([s.input_tokens for s in steps], dtype=np.int64)[raw["step"]]
+            output_tokens = raw["output_tokens"]  # the call's own (a hard request's may be longer)
+            prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
+            settle = self._settle_client if client else self._settle
+            settled = settle(
+                {name: raw[name] for name in (_CLIENT_RAW if client else _RAW)},
+                input_tokens, output_tokens, prices[:, 0], prices[:, 1], closed,
+            )  # fmt: skip
+            for name, values in settled.items():
+                col[name][at] = values
+            dropped.append(at[start > closed])  # calls a failed run never started
+        drop = np.concatenate(dropped) if dropped else np.zeros(0, dtype=np.int64)
+        if len(drop):
             kept = np.ones(len(col["request"]), dtype=bool)
-            kept[at[~keep]] = False
+            kept[drop] = False
             col = {name: values[kept] for name, values in col.items()}
-        return CallArrays(**col), unclear
+        found = np.concatenate(unclear) if unclear else np.zeros(0, dtype=np.int64)
+        return CallArrays(**col), np.unique(found)
 
     def _settle(
         self,
@@ -326,6 +382,60 @@ class VectorCalls:
         return {
             "end": end,
             "ttft": np.where(ran & (drawn != ERROR), raw["ttft"], np.nan),
+            "outcome": outcome,
+            "billed_input": billed_in,
+            "billed_output": billed_out,
+            "cost": billed_in * price_in + billed_out * price_out,
+            "ended_by": ended_by,
+        }
+
+    def _settle_client(
+        self,
+        raw: dict[str, np.ndarray],
+        input_tokens: np.ndarray,
+        output_tokens: np.ndarray,
+        price_in: np.ndarray | float,
+        price_out: np.ndarray | float,
+        closed: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """`_settle` for a client's calls (`ClientChunk` fields): a cut by the client's timeout
+        is `ended_by` sdk; a call cancelled or cut in its overhead's after part, the provider
+        done with it, is billed as served and keeps its first token (as `Provider._late`)."""
+        start, natural, served, kind = raw["start"], raw["natural"], raw["served"], raw["kind"]
+        drawn, cancel_at, late = raw["drawn"], raw["cancel_at"], raw["late"]
+        by_deadline = cancel_at == raw["deadline"]  # else a loser's (before its deadline)
+        if closed is None:
+            in_flight = np.zeros(len(start), dtype=bool)
+        else:  # still going when its run closed (the instant itself is replayed: coincides)
+            in_flight = np.minimum(natural, cancel_at) > closed
+            cancel_at = np.where(in_flight, closed, cancel_at)
+            late = np.where(in_flight, served < closed, late)
+        cancelled = cancel_at < np.inf
+        end = np.where(cancelled, cancel_at, natural)
+        served_whole = ((kind == K_NATURAL) | (kind == K_LATE)) & (~cancelled | late)
+        outcome = np.where(
+            cancelled,
+            O_CANCELLED,
+            np.where(kind == K_NATURAL, DRAWN_OUTCOME[drawn], O_TIMEOUT),
+        ).astype(np.int8)
+        cut = kind != K_NATURAL
+        ended_by = np.select(
+            [in_flight, cancelled & by_deadline, cancelled, cut & raw["by_sdk"], cut],
+            [E_RUN, E_DEADLINE, E_LOSER, E_SDK, E_ATTEMPT],
+            E_NONE,
+        ).astype(np.int8)
+        billed_in = np.where(served_whole & (drawn != ERROR), input_tokens, 0).astype(np.int64)
+        billed_out = np.where(served_whole & (drawn == OK), output_tokens, 0).astype(np.int64)
+        # stopped in service after holding its slot for some time: cut there, or cancelled
+        stopped = (~cancelled & (kind == K_CUT)) | (cancelled & ~late & (end > start))
+        cut_in, cut_out = self._bill_cut(
+            drawn, raw["ttft"], raw["generating"], end - start, input_tokens, output_tokens
+        )
+        billed_in = np.where(stopped, cut_in, billed_in)
+        billed_out = np.where(stopped, cut_out, billed_out)
+        return {
+            "end": end,
+            "ttft": np.where(served_whole & (drawn != ERROR), raw["ttft"], np.nan),
             "outcome": outcome,
             "billed_input": billed_in,
             "billed_output": billed_out,

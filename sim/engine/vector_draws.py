@@ -6,12 +6,15 @@ slot's first token, generation, stall and drawn outcome for a set of requests, t
 `CallLatency.draw` does and checked against it on the first rows of every slot (a changed law
 must not go unseen), with a hard request's junk and longer answer; and then that slot's
 uninterrupted life as `Provider.call` lives it with a free slot: its natural end, or its cut at
-the policy's give-up. What cancels it and how it is billed is `sim.engine.vector_calls`.
+the policy's give-up. What cancels it and how it is billed is `sim.engine.vector_calls`; an
+attempt on a provider whose client acts on its own (SDK retries, its timeout, overhead) is lived
+by `sim.engine.vector_client` from the same draws (`sdk` > 0: the SDK retry's own block).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy.special import ndtri
@@ -60,16 +63,21 @@ class VectorDraws:
     latencies: dict[tuple[str, str], CallLatency]
     hardness: Hardness | None
     _hard: np.ndarray | None
-    _probed: set[tuple[str, int, str, str, int]]
+    _probed: set[tuple[str, int, str, str, int, int]]
+    #: Per provider whose client acts on its own, what it does (`sim.engine.vector_client`),
+    #: and an attempt on it lived (`VectorClient._client_attempt`).
+    _clients: dict[str, object]
+    _client_attempt: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, object]]
 
     def _draws(
-        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray
+        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, sdk: int = 0
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(first token, generation, which rows stall, their stalls, drawn outcome) of this call
-        slot for `rows`: the bank's uniforms transformed as `CallLatency.draw` does (checked
-        against it). Only the columns used are gathered, and only the stalled rows' extra."""
+        slot (`sdk`: the SDK's retry number inside the attempt) for `rows`: the bank's uniforms
+        transformed as `CallLatency.draw` does (checked against it). Only the columns used are
+        gathered, and only the stalled rows' extra."""
         latency = self.latencies[(plan.provider, plan.model)]
-        block = self._uniforms(step.id, attempt, rows)
+        block = self._uniforms(step.id, attempt, rows, sdk)
         aligned = len(rows) == len(block)  # row i of the block is rows[i] (sorted, unique)
 
         def column(c: int, which: np.ndarray | None = None) -> np.ndarray:
@@ -90,7 +98,7 @@ class VectorDraws:
         drawn = np.full(len(rows), OK, dtype=np.int8)
         drawn[v < latency.error_rate + latency.invalid_rate] = INVALID
         drawn[v < latency.error_rate] = ERROR
-        key = (step.id, attempt, plan.provider, plan.model, step.output_tokens)
+        key = (step.id, attempt, plan.provider, plan.model, step.output_tokens, sdk)
         if key not in self._probed:
             k = min(len(rows), _PROBE_ROWS)
             stall = np.zeros(k)
@@ -124,22 +132,22 @@ class VectorDraws:
         if tokens != output_tokens:
             generation[hard] *= tokens / output_tokens
 
-    def _uniforms(self, step: str, attempt: int, rows: np.ndarray) -> np.ndarray:
+    def _uniforms(self, step: str, attempt: int, rows: np.ndarray, sdk: int = 0) -> np.ndarray:
         """The bank's uniform block of this call slot, or only its rows `rows` (in their order)
         when they are few: drawn from the same stream, jumping over the rows not needed
         (`_SPARSE_ROWS`), as the bank would draw the whole block. Checked for each slot
         against a two-row bank of the same streams; otherwise the bank's block."""
         bank = self.bank
         if type(bank) is not CallDrawBank or len(rows) * _SPARSE_ROWS > bank.n_requests:
-            return bank.uniforms(step, attempt, 0)
-        generator = bank.streams.generator("call", step, attempt, 0)
+            return bank.uniforms(step, attempt, 0, sdk)
+        generator = bank.streams.generator("call", step, attempt, 0, *(("sdk", sdk) if sdk else ()))
         bits = generator.bit_generator
         if not isinstance(bits, np.random.PCG64):
-            return bank.uniforms(step, attempt, 0)
+            return bank.uniforms(step, attempt, 0, sdk)
         bits.advance(bank.first * UNIFORMS_PER_CALL)  # a chunk's bank starts at request `first`
-        check = CallDrawBank(bank.streams, 2, bank.first).uniforms(step, attempt, 0)
+        check = CallDrawBank(bank.streams, 2, bank.first).uniforms(step, attempt, 0, sdk)
         if not np.array_equal(generator.random(check.shape), check):
-            return bank.uniforms(step, attempt, 0)
+            return bank.uniforms(step, attempt, 0, sdk)
         out = np.empty((len(rows), UNIFORMS_PER_CALL))
         drawn = check.size  # doubles drawn so far (one 64-bit step each)
         for i, row in enumerate(rows.tolist()):
@@ -164,10 +172,20 @@ class VectorDraws:
                 raise UnsupportedError("CallLatency.draw no longer matches the vector transform")
 
     def _attempt(
-        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, start: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
-        """One call slot started at `start`, uninterrupted (as `Provider.call` with a free slot):
-        (natural end, kind, outcome code, (drawn, ttft, generating) for billing)."""
+        self,
+        step: Step,
+        attempt: int,
+        plan: Attempt,
+        rows: np.ndarray,
+        start: np.ndarray,
+        deadline: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, object]:
+        """One policy attempt started at `start`, uninterrupted: on a plain provider one call
+        (as `Provider.call` with a free slot): (natural end, kind, outcome code, (drawn, ttft,
+        generating) for billing); on a provider whose client acts on its own, its calls and
+        sleeps (`VectorClient._client_attempt`, which reads the runs' `deadline`)."""
+        if plan.provider in self._clients:
+            return self._client_attempt(step, attempt, plan, rows, start, deadline)
         ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows)
         # service: ttft + generation + stall (summed in that order), ttft alone if it failed
         service = ttft + generation

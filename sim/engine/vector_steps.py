@@ -5,15 +5,17 @@ the workflow for every request that reached it, under the policy (`sim.policy.ki
 `Sequential` (wait, cut, downshift: attempts one after another), `Race` (rounds of attempts
 started together, the first valid answer wins) and `Hedge` (a further attempt each time a timer
 fires, wake-up by wake-up). Each attempt is a call slot lived uninterrupted
-(`VectorDraws._attempt`); the policy decides who wins, who is cancelled and when (a loser, the
-deadline), logs the slot's calls with those cancellations (`VectorCalls._log`), and returns how
-the step ended per request (`_StepResult`).
+(`VectorDraws._attempt`; on a provider whose client acts on its own, its calls and sleeps:
+`sim.engine.vector_client`); the policy decides who wins, who is cancelled and when (a loser,
+the deadline), logs the slot's calls with those cancellations (`VectorCalls._log`), and returns
+how the step ended per request (`_StepResult`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,10 +50,13 @@ class VectorSteps:
     policy: Policy
     #: A call slot's uninterrupted life (`VectorDraws`) and its record (`VectorCalls`).
     _attempt: Callable[
-        [Step, int, Attempt, np.ndarray, np.ndarray],
-        tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]],
+        [Step, int, Attempt, np.ndarray, np.ndarray, np.ndarray],
+        tuple[np.ndarray, np.ndarray, np.ndarray, Any],
     ]
     _log: Callable[..., None]
+    #: Requests whose order of simultaneous events only simpy can tell (the event engine
+    #: replays them; see `_unclear_last`).
+    _unclear: list[np.ndarray]
 
     def _step(
         self, step: Step, rows: np.ndarray, start: np.ndarray, deadline: np.ndarray
@@ -80,7 +85,7 @@ class VectorSteps:
         last = np.zeros(m, np.int8)
         # The first attempt runs for every row (no gathers); `end` starts as its resolution,
         # a row that failed it being resolved again by a later attempt.
-        natural, kind, outcome, billing = self._attempt(step, 0, plans[0], rows, start)
+        natural, kind, outcome, billing = self._attempt(step, 0, plans[0], rows, start, deadline)
         cancelled = natural >= deadline
         cancel_at = np.where(cancelled, deadline, np.inf)
         self._log(step, 0, plans[0], rows, start, natural, kind, billing, cancel_at, deadline)
@@ -99,7 +104,7 @@ class VectorSteps:
             if not len(pos):
                 break
             its, dl = rows[pos], deadline[pos]
-            natural, kind, outcome, billing = self._attempt(step, k, plan, its, t)
+            natural, kind, outcome, billing = self._attempt(step, k, plan, its, t, dl)
             cancelled = natural >= dl
             cancel_at = np.where(cancelled, dl, np.inf)
             self._log(step, k, plan, its, t, natural, kind, billing, cancel_at, dl)
@@ -129,7 +134,7 @@ class VectorSteps:
         pos: np.ndarray | None = None  # the rows still racing (None: all, the first round)
         its, at, dl, attempt = rows, start, deadline, 0
         for r, plans in enumerate(rounds):
-            lives = [self._attempt(step, attempt + j, p, its, at) for j, p in enumerate(plans)]
+            lives = [self._attempt(step, attempt + j, p, its, at, dl) for j, p in enumerate(plans)]
             naturals, outcomes = [life[0] for life in lives], [life[2] for life in lives]
             first_ok = np.where(outcomes[0] == O_OK, naturals[0], np.inf)
             last_end = naturals[0]
@@ -165,6 +170,8 @@ class VectorSteps:
                 reason = np.stack([outcome[failed] for outcome in outcomes])
                 state[lost], end[lost] = S_FAILED, last_end[failed]
                 last[lost] = reason[latest, np.arange(len(failed))]
+                if any(not isinstance(life[3], tuple) for life in lives):
+                    self._unclear_last(its[failed], ends, reason)
             if not len(failed):
                 break
             pos, at = lost, last_end[failed]
@@ -185,7 +192,7 @@ class VectorSteps:
         by then counts; a valid answer wins (the rest cancelled); otherwise the next hedge fires
         if none is pending or the fire time has come.
 
-        One function (about 80 lines) on purpose: the wake-up loop, `fire` and the final log
+        One function (about 90 lines) on purpose: the wake-up loop, `fire` and the final log
         share nine (request, attempt) arrays that the loop updates in place; split, they would
         travel as arguments or in a state object, and the loop reads best whole."""
         m, size = len(rows), len(plans)
@@ -199,14 +206,18 @@ class VectorSteps:
         cancel = np.full((m, size), np.inf)
         done = np.zeros((m, size), dtype=bool)
         fired = np.zeros(m, dtype=np.int64)
+        clients: list[tuple[int, np.ndarray, Any]] = []  # (attempt, rows, life) on a client
 
         def fire(pos: np.ndarray, at: np.ndarray) -> None:
             for c in np.unique(fired[pos]).tolist():
                 group = fired[pos] == c
                 p, when = pos[group], at[group]
-                life = self._attempt(step, c, plans[c], rows[p], when)
+                life = self._attempt(step, c, plans[c], rows[p], when, deadline[p])
                 natural[p, c], kind[p, c], outcome[p, c] = life[0], life[1], life[2]
-                drawn[p, c], ttft[p, c], generating[p, c] = life[3]
+                if isinstance(life[3], tuple):
+                    drawn[p, c], ttft[p, c], generating[p, c] = life[3]
+                else:
+                    clients.append((c, p, life[3]))
                 begun[p, c] = when
                 fired[p] = c + 1
 
@@ -251,11 +262,33 @@ class VectorSteps:
                 latest = size - 1 - np.argmax(ends[:, ::-1], axis=1)
                 state[lost], end[lost] = S_FAILED, wake[over]
                 last[lost] = outcome[lost, latest]
+                if clients:
+                    self._unclear_last(rows[lost], ends.T, outcome[lost].T)
             act = act[~over]
+        for c, p, life in clients:
+            self._log(
+                step, c, plans[c], rows[p], begun[p, c], natural[p, c], kind[p, c], life,
+                cancel[p, c], deadline[p],
+            )  # fmt: skip
+        logged = {c for c, _, _ in clients}
         for c, plan in enumerate(plans):
+            if c in logged:
+                continue
             p = np.flatnonzero(fired > c)
             self._log(
                 step, c, plan, rows[p], begun[p, c], natural[p, c], kind[p, c],
                 (drawn[p, c], ttft[p, c], generating[p, c]), cancel[p, c], deadline[p],
             )  # fmt: skip
         return _StepResult(state, end, last)
+
+    def _unclear_last(self, rows: np.ndarray, ends: np.ndarray, outcomes: np.ndarray) -> None:
+        """Note the failed requests `rows` whose reason is not clear: attempts (axis 0 of `ends`
+        and `outcomes`) that ended last together with different outcomes. Which one the event
+        engine reads last is its event order: with a client's retries and sleeps the last
+        events of two attempts may be scheduled at other instants than their starts."""
+        top = ends == ends.max(axis=0)
+        lowest = np.where(top, outcomes, np.iinfo(np.int8).max).min(axis=0)
+        highest = np.where(top, outcomes, np.iinfo(np.int8).min).max(axis=0)
+        differ = lowest != highest
+        if differ.any():
+            self._unclear.append(rows[differ])

@@ -75,7 +75,11 @@ def _call_table(plan: Plan, policy: str, calls: CallArrays) -> pd.DataFrame:
             "cost_usd": calls.cost[order],
             "retry_after_s": np.full(count, math.nan),
             "quota_tokens": calls.quota_tokens[order].astype(np.int64, copy=False),
-            "sdk_retry": np.zeros(count, dtype=np.int64),  # SDK retries are never vectorized
+            "sdk_retry": (
+                np.zeros(count, dtype=np.int64)
+                if calls.sdk_retry is None
+                else calls.sdk_retry[order].astype(np.int64, copy=False)
+            ),
             "valid": np.ones(count, dtype=bool),  # no validator: junk is caught, never delivered
             "ended_by": _named(ENDED_BY, calls.ended_by[order]),
             "orphan": np.zeros(count, dtype=bool),  # the deadline propagates (whitelisted)
@@ -83,6 +87,8 @@ def _call_table(plan: Plan, policy: str, calls: CallArrays) -> pd.DataFrame:
         columns=list(CALL_COLUMNS),
         copy=False,  # every column is a fresh array: no copy, no consolidating copy either
     )
+    if calls.overhead is not None and calls.overhead.any():  # as `calls_frame`: only then
+        call_table["overhead_s"] = calls.overhead[order]
     return call_table
 
 
@@ -128,10 +134,11 @@ def _request_table(
 
 def _call_order(calls: CallArrays, by_name: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The calls table's row order: by request, start, step name (`by_name`: each step's rank),
-    attempt; with the request, start, step and attempt columns in that order. The calls are
-    logged step by step, each slot's rows in request order, so a stable sort by request alone
-    usually gives it (a run's calls in time order); checked, else the full sort. Every
-    (request, step, attempt) is one call, so the order is the same either way."""
+    attempt (then SDK retry); with the request, start, step and attempt columns in that order.
+    The calls are logged step by step, each slot's rows in request order, so a stable sort by
+    request alone usually gives it (a run's calls in time order); checked, else the full sort.
+    Every (request, step, attempt, SDK retry) is one call, so the order is the same either way
+    (and the event engine's, whose ties keep its records' order: SDK retries in turn)."""
     order = np.argsort(calls.request, kind="stable")
     names = ("request", "start", "step", "attempt")
     cols = {name: getattr(calls, name)[order] for name in names}
@@ -141,9 +148,15 @@ def _call_order(calls: CallArrays, by_name: np.ndarray) -> tuple[np.ndarray, dic
     later = start[1:] > start[:-1]
     tied = start[1:] == start[:-1]
     after = (rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (attempt[1:] > attempt[:-1]))
+    sdk = calls.sdk_retry
+    if sdk is not None:
+        retry = sdk[order]
+        same = (rank[1:] == rank[:-1]) & (attempt[1:] == attempt[:-1])
+        after |= same & (retry[1:] > retry[:-1])
     if np.all(~same_run | later | (tied & after)):
         return order, cols
-    order = np.lexsort((calls.attempt, by_name[calls.step], calls.start, calls.request))
+    keys = (calls.attempt, by_name[calls.step], calls.start, calls.request)
+    order = np.lexsort(keys if sdk is None else (sdk, *keys))
     return order, {name: getattr(calls, name)[order] for name in names}
 
 

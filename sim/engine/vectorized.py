@@ -10,13 +10,15 @@ The rules reproduced from `sim.engine.simulation`, `sim.model.provider` and `sim
 (see each part's docstrings): a call ending exactly at the deadline is cancelled by it; race
 attempts ending at the same instant as the winner complete normally; a hedge timer and a call
 ending together are seen together; a step failing a run cancels every call of the run still in
-flight.
+flight. A provider's client rules (SDK retries, its timeout, overhead) are reproduced per call
+as `sim.engine.event_calls` lives them (`sim.engine.vector_client`).
 
 This module owns the driver, `VectorizedSimulation`: the steps in dependency order, each run's
 result from its steps' results, and the replay through the event engine of the few requests
-whose order of events only simpy can tell. Its work is split by job into three mixins: a step
+whose order of events only simpy can tell. Its work is split by job into four mixins: a step
 under the policy (`sim.engine.vector_steps`), a call slot's draws and uninterrupted life
-(`sim.engine.vector_draws`), and the calls' log, cancellations and billing
+(`sim.engine.vector_draws`), a policy attempt under a client that acts on its own
+(`sim.engine.vector_client`), and the calls' log, cancellations and billing
 (`sim.engine.vector_calls`); the tables are built by `sim.engine.vector_tables`.
 """
 
@@ -26,9 +28,10 @@ import numpy as np
 
 from sim.engine.simulation import Simulation
 from sim.engine.vector_calls import CallArrays, CallLog, UnsupportedError, VectorCalls
+from sim.engine.vector_client import Client, VectorClient
 from sim.engine.vector_draws import VectorDraws
 from sim.engine.vector_steps import S_DEADLINE, S_FAILED, S_NONE, S_OK, VectorSteps
-from sim.model.provider import OUTCOMES
+from sim.model.provider import OUTCOMES, Call
 from sim.model.rows import FAIL_DEADLINE
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
@@ -38,7 +41,7 @@ from sim.policy.kinds import Hedge, Race, Sequential
 from sim.policy.plans import Policy
 
 
-class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
+class VectorizedSimulation(VectorSteps, VectorDraws, VectorClient, VectorCalls):
     """One policy of a plan, computed for all requests at once (no shared state)."""
 
     def __init__(
@@ -62,10 +65,20 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
         self.log = CallLog()
         #: Per model (in `models` order): (input, output) dollars per token.
         self._prices = [(m.price_input, m.price_output) for m in plan.models.values()]
-        self._probed: set[tuple[str, int, str, str, int]] = set()
+        self._probed: set[tuple[str, int, str, str, int, int]] = set()
         #: Hard requests (None: off) and, per request of the bank, whether it is hard.
         self.hardness = plan.hardness
         self._hard = None if self.hardness is None else self.hardness.flags(bank)
+        #: Per provider whose client acts on its own (SDK retries, timeout, overhead): its rules.
+        self._clients = {
+            name: client
+            for name, spec in plan.provider_specs.items()
+            if (client := Client.of(spec)) is not None
+        }
+        self._columns: dict[tuple[str | int, ...], np.ndarray] = {}  # per-request streams
+        self._probed_client: set[tuple[str | int, ...]] = set()
+        #: Requests whose order of simultaneous events only the event engine can tell.
+        self._unclear: list[np.ndarray] = []
 
     # ------------------------------------------------------------------ driving
 
@@ -107,6 +120,8 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
         runs = self._resolve_runs(arrival, deadline, start, end, state, last)
         closed_at, failing = runs.pop("_closed_early"), runs.pop("_failing_step")
         calls, unclear = self._finish_calls(closed_at, failing, deadline)
+        if self._unclear:
+            unclear = np.union1d(unclear, np.concatenate(self._unclear)).astype(np.int64)
         if len(unclear):
             runs, calls = self._replay(unclear, arrival, runs, calls)
         return arrival, runs, calls
@@ -149,6 +164,8 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
             newer = (state[j] != S_NONE) & (start[j] >= latest)
             np.copyto(running, j, where=newer)
             np.copyto(latest, start[j], where=newer)
+        if len(steps) > 1 and late.any():
+            self._unclear_running(np.flatnonzero(late), start, end, state, latest)
         finished = np.fmax.reduce(np.where(state == S_NONE, np.nan, end), axis=0)
         run_end = np.where(ok, finished, np.where(early, fail_at, deadline))
         ids = np.asarray([s.id for s in steps] + [""], dtype=object)
@@ -169,6 +186,39 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
             "_failing_step": fail_step,
         }
 
+    def _unclear_running(
+        self,
+        rows: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        state: np.ndarray,
+        latest: np.ndarray,
+    ) -> None:
+        """Note the runs `rows` (failed at their deadline) whose step then running is not the
+        file order's to tell: steps started at that same latest instant by different steps'
+        ends (or by a join whose steps ended together) started in the order those ends came
+        in, simpy's. Steps started together by one step (its unlocks, in file order) or at the
+        arrival (the roots, in file order) are told by file order."""
+        steps = self.workflow.steps
+        at, ends = start[:, rows], end[:, rows]
+        tied = (at == latest[rows]) & (state[:, rows] != S_NONE)
+        several = tied.sum(axis=0) > 1
+        if not several.any():
+            return
+        rows, at, ends, tied = rows[several], at[:, several], ends[:, several], tied[:, several]
+        trigger = np.full(at.shape, -1, dtype=np.int64)  # -1: the arrival; -2: a tie of ends
+        for step in steps:
+            if step.depends_on:
+                deps = list(step.depends_on)
+                last = ends[deps].max(axis=0)
+                trigger[step.index] = np.asarray(deps)[np.argmax(ends[deps], axis=0)]
+                trigger[step.index][(ends[deps] == last).sum(axis=0) > 1] = -2
+        lowest = np.where(tied, trigger, np.iinfo(np.int64).max).min(axis=0)
+        highest = np.where(tied, trigger, np.iinfo(np.int64).min).max(axis=0)
+        unclear = (lowest != highest) | (lowest == -2)
+        if unclear.any():
+            self._unclear.append(rows[unclear])
+
     def _replay(
         self,
         which: np.ndarray,
@@ -177,19 +227,25 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
         calls: CallArrays,
     ) -> tuple[dict[str, np.ndarray], CallArrays]:
         """Run requests `which` through the event engine (on their own rows of the same draws:
-        requests share nothing) and put their results in place of ours."""
-        bank = _RowsBank(self.bank, which)
-        sim = Simulation(self.plan, self.policy, bank, bank.streams, self.deadline_s)
-        records = sim.run(arrival[which])
-        for run in records.runs:
-            i = which[run.index]
-            runs["ok"][i], runs["end"][i] = run.ok, run.end
-            runs["fail_reason"][i], runs["fail_step"][i] = run.fail_reason, run.fail_step
+        requests share nothing) and put their results in place of ours. Each simulation's clock
+        must reach every arrival exactly where the whole run's did (`exact_clock_groups`)."""
+        theirs: list[Call] = []
+        owners: list[int] = []  # each call's request
+        for part in exact_clock_groups(arrival[which]):
+            rows = which[part]
+            bank = _RowsBank(self.bank, rows)
+            sim = Simulation(self.plan, self.policy, bank, bank.streams, self.deadline_s)
+            records = sim.run(arrival[rows])
+            for run in records.runs:
+                i = rows[run.index]
+                runs["ok"][i], runs["end"][i] = run.ok, run.end
+                runs["fail_reason"][i], runs["fail_step"][i] = run.fail_reason, run.fail_step
+            theirs += records.calls
+            owners += rows[[c.run.index for c in records.calls]].tolist()
         keep = ~np.isin(calls.request, which)
         step_index = {s.id: s.index for s in self.workflow.steps}
-        theirs = records.calls
         replayed = {
-            "request": which[np.asarray([c.run.index for c in theirs], dtype=np.int64)],
+            "request": np.asarray(owners, dtype=np.int64),
             "step": np.asarray([step_index[c.step] for c in theirs], dtype=np.int32),
             "attempt": np.asarray([c.attempt for c in theirs], dtype=np.int32),
             "provider": np.asarray([self.providers.index(c.provider) for c in theirs], np.int32),
@@ -204,6 +260,9 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorCalls):
             "quota_tokens": np.asarray([c.quota_tokens for c in theirs], dtype=np.int64),
             "ended_by": np.asarray([ENDED_BY.index(c.ended_by) for c in theirs], dtype=np.int8),
         }
+        if calls.sdk_retry is not None:  # a client's calls: their SDK retries and overheads
+            replayed["sdk_retry"] = np.asarray([c.sdk_retry for c in theirs], dtype=np.int64)
+            replayed["overhead"] = np.asarray([c.overhead for c in theirs], dtype=float)
         merged = {
             name: np.concatenate((getattr(calls, name)[keep], values))
             for name, values in replayed.items()
@@ -228,6 +287,24 @@ class _RowsBank(CallDrawBank):
     def length_uniforms(self, step: str, attempt: int, resend: int) -> list[float]:
         column = self.parent.length_uniforms(step, attempt, resend)
         return [column[int(r)] for r in self.rows]
+
+
+def exact_clock_groups(times: np.ndarray) -> list[np.ndarray]:
+    """Arrival instants `times` (as the whole run's clock reached them, in order) split into
+    groups a fresh event-engine clock reaches exactly: from 0, its first instant is exact, and
+    each next one `at` is `now + (at - now)`, which rounds to `at` when the two are close; a
+    new group starts where it would not (a request's start off by a rounding would move its
+    numbers)."""
+    groups, current, now = [], [], 0.0
+    for k, at in enumerate(times.tolist()):
+        if current and at > now and now + (at - now) != at:
+            groups.append(np.asarray(current, dtype=np.int64))
+            current = []
+        current.append(k)
+        now = at
+    if current:
+        groups.append(np.asarray(current, dtype=np.int64))
+    return groups
 
 
 def clock_arrivals(times: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from sim.model.thresholds import expected_of, percentile_of
 from sim.model.workflow import Workflow
 from sim.plan.features import (
     behaviour_features,
+    client_features,
     latency_features,
     scenario_features,
     spec_features,
@@ -74,7 +75,11 @@ def compile_scenario(scenario: Scenario) -> Plan:
         (p.name, s.model): s.latency for p in providers.values() for s in p.servings.values()
     }
     shared = scenario_features(scenario)
-    after = [*behaviour_features(scenario), *latency_features(latencies)]
+    after = [
+        *behaviour_features(scenario),
+        *latency_features(latencies),
+        *client_features(scenario.providers),
+    ]
     policies = {name: _policy(scenario, name, shared, after) for name in scenario.policies}
     plan = Plan(
         name=scenario.name,

@@ -14,6 +14,7 @@ that is in neither table, so a new key cannot slip past an engine that does not 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -43,7 +44,14 @@ from sim.model.config import (
     WhenHardSpec,
     WorkflowSpec,
 )
-from sim.model.latency import CallLatency, Constant, Empirical, Exponential, LogNormal
+from sim.model.latency import (
+    CallLatency,
+    Constant,
+    Empirical,
+    Exponential,
+    LogNormal,
+    build_distribution,
+)
 from sim.plan.plan import Feature
 
 #: A field whose value is walked for features of its own (or that changes nothing an engine
@@ -187,6 +195,24 @@ def latency_features(latencies: dict[tuple[str, str], CallLatency]) -> list[Feat
                 found.append(
                     Feature(f"latency.{name}", f"{provider}/{model} uses distribution {name}")
                 )
+    return found
+
+
+def client_features(providers: Mapping[str, ProviderSpec]) -> list[Feature]:
+    """A provider client's own rules, named where an engine may lack one: each kind of failure
+    its SDK retries (`client.retry_on.<kind>`), and its overhead law's class."""
+    found = []
+    for name, spec in providers.items():
+        if "sdk" in spec.model_fields_set:
+            for kind in spec.sdk.retry_on:
+                where = f"providers.{name}.sdk.retry_on has {kind!r}"
+                found.append(Feature(f"client.retry_on.{kind}", where))
+        if spec.overhead_s is not None:
+            law = build_distribution(spec.overhead_s)
+            if not isinstance(law, KNOWN_LAWS):
+                cls = type(law).__name__
+                where = f"providers.{name}.overhead_s uses distribution {cls}"
+                found.append(Feature(f"latency.{cls}", where))
     return found
 
 

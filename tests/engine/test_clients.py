@@ -471,16 +471,20 @@ def test_overhead_stream_is_common_to_policies() -> None:
     assert len(set(np.round(ends[0] - arrivals - 2.0, 12))) == 20  # drawn per call
 
 
-def test_overhead_runs_on_the_event_engine() -> None:
-    """The vectorized engine does not model overhead: `auto` hands such a scenario to the
-    event engine, naming the key."""
+def test_overhead_runs_on_the_vectorized_engine() -> None:
+    """Overhead is per call where nothing is shared: `auto` runs it vectorized, each call's
+    overhead in its column (tests/engine/test_vectorized_client_rules.py holds the two engines
+    equal)."""
     scenario = overhead(0.1)
     steps = compile_scenario(scenario).workflow.steps
     policy = build_policy("p", scenario.policies["p"], compile_scenario(scenario).routes, steps, {})
     bank = CallDrawBank(Streams(0, "calls"), 3)
-    tables, why = vectorized_tables(compile_scenario(scenario), policy, bank, np.zeros(3), "auto")
-    assert tables is None
-    assert "overhead_s" in why
+    tables, why = vectorized_tables(
+        compile_scenario(scenario), policy, bank, np.arange(3.0) * 10, "auto"
+    )
+    assert tables is not None, why
+    assert tables.calls["overhead_s"].tolist() == [0.1] * 3
+    np.testing.assert_allclose(tables.requests["latency_s"], 2.1, rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------- the keys
