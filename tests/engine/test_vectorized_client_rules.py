@@ -27,7 +27,6 @@ import pytest
 
 import sim
 import sim.engine.choice
-from sim.analysis.capacity import NONE
 from sim.analysis.metrics import calls_frame, requests_frame
 from sim.engine import qualify
 from sim.engine.choice import single_policy, vectorized_tables
@@ -557,46 +556,6 @@ def default_with_clients() -> Scenario:
         provider["overhead_s"] = {"median": 0.03, "p99": 0.09}
         provider["overhead_held"] = 0.25
     return scenario_from_dict(data)
-
-
-def test_the_default_scenario_with_clients_runs_vectorized_to_the_last_bit() -> None:
-    """All five policies run on the vectorized engine (the `engine:` line), and the tables are
-    the event engine's, bit for bit."""
-    scenario = default_with_clients()
-    fast = sim.run(scenario, requests=600)
-    slow = sim.run(scenario, requests=600, engine="des")
-    assert fast.engines == dict.fromkeys(scenario.policies, "vectorized")
-    assert set(slow.engines.values()) == {"des"}
-    for name in ("requests", "calls", "summary", "breakdown"):
-        mine, theirs = getattr(fast, name), getattr(slow, name)
-        pd.testing.assert_frame_equal(mine, theirs, check_exact=True, obj=name)
-    assert fast.calls["sdk_retry"].gt(0).any()
-    assert "overhead_s" in fast.calls
-
-
-def test_summaries_in_chunks_give_the_numbers_of_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Summaries only, in chunks of 170 requests: each chunk draws its own rows of the client's
-    streams (overhead, the SDK's waits and retry blocks)."""
-    scenario = default_with_clients()
-    policies = ["wait", "race", "hedge"]
-    full = sim.run(scenario, requests=700, policies=policies)
-    monkeypatch.setattr(sim.engine.choice, "CHUNK_REQUESTS", 170)
-    tallied = sim.run(scenario, requests=700, policies=policies, records=NONE)
-    assert set(tallied.engines.values()) == {"vectorized"}
-    wall = [c for c in ("seconds", "wall_s") if c in full.summary]
-    pd.testing.assert_frame_equal(
-        full.summary.drop(columns=wall), tallied.summary.drop(columns=wall),
-        check_exact=False, rtol=RTOL, check_dtype=False,
-    )  # fmt: skip
-
-
-def test_a_limit_that_binds_still_sends_a_client_to_the_event_engine() -> None:
-    """Client rules qualify, but a slot count the calls would reach still does not."""
-    data = default_with_clients().model_dump(exclude_defaults=True, mode="json")
-    data["providers"]["direct"]["concurrency"] = 3
-    result = sim.run(scenario_from_dict(data), requests=200, policies=["wait"])
-    assert result.engines == {"wait": "des"}
-    assert "concurrency" in result.engine_notes["wait"]
 
 
 def test_what_is_still_not_vectorized_is_refused_with_its_reason(
