@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.model.hardness import Hardness
 from sim.model.latency import ERROR, INVALID, OK
-from sim.model.provider import (
+from sim.model.rows import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
     OUTCOME_INVALID,

@@ -16,6 +16,7 @@ import math
 import numpy as np
 from scipy.special import ndtri
 
+from sim.engine.kernel import SAME_INSTANT as _SAME_INSTANT
 from sim.engine.vector_calls import (
     DRAWN_OUTCOME,
     K_CUT,
@@ -39,7 +40,6 @@ from sim.model.latency import (
     Distribution,
     LogNormal,
 )
-from sim.model.provider import _SAME_INSTANT
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
 from sim.policy.plans import Attempt

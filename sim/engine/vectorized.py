@@ -28,8 +28,7 @@ from sim.engine.simulation import Simulation
 from sim.engine.vector_calls import CallArrays, CallLog, UnsupportedError, VectorCalls
 from sim.engine.vector_draws import VectorDraws
 from sim.engine.vector_steps import S_DEADLINE, S_FAILED, S_NONE, S_OK, VectorSteps
-from sim.model.provider import OUTCOMES
-from sim.model.rows import FAIL_DEADLINE
+from sim.model.rows import FAIL_DEADLINE, OUTCOMES
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
 from sim.plan import Plan

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import ScriptedBank, build, error, invalid, ok, serving, simulate, step, timeline
 
-from sim.model.provider import OUTCOME_TRUNCATED
+from sim.model.rows import OUTCOME_TRUNCATED
 
 ADAPTIVE = {
     "stuck": {"kind": "adaptive", "cutoff": 30.0, "ttft_cutoff": 2.0, "attempts": 2},

@@ -26,7 +26,7 @@ from helpers import (
 import sim
 from sim.analysis.metrics import summarize
 from sim.model.config import Scenario
-from sim.model.provider import OUTCOMES
+from sim.model.rows import OUTCOMES
 
 N_CONTRACT = 600
 KEYS = ["policy", "request_id", "resend"]
