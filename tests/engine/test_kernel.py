@@ -7,14 +7,18 @@ wake-ups back at their place in the queue. That is right only while simpy's queu
 event it waits on, an interrupt is an URGENT event delivered through that callback, and a
 timeout has exactly the fields the kernel sets. Each of those is a test here; and the simpy
 functions the kernel copies or reaches into are pinned by their source, so a simpy upgrade that
-touches any of them fails here, naming what to re-check, before a number can move.
+touches any of them fails here, naming what to re-check, before a number can move. The last
+two tests hold the boundary: no other module of sim/ reaches into simpy, and the model layer
+does not mention it at all.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import re
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -336,3 +340,35 @@ def test_the_kernel_clock_follows_simpys() -> None:
     assert Environment(initial_time=7.0).now == 7.0
     with pytest.raises(ValueError, match="Negative delay"):
         Environment().timeout(-1.0)
+
+
+SIM = Path(__file__).resolve().parents[2] / "sim"
+#: simpy's private attributes the kernel reads or writes (any `._name` of these outside the
+#: kernel is a reach into simpy's insides).
+SIMPY_PRIVATE = re.compile(
+    r"\._(queue|eid|now|value|ok|delay|generator|target|resume|active_proc|defused|interrupt)\b"
+)
+
+
+def test_only_the_kernel_reaches_into_simpy() -> None:
+    """simpy's private attributes and its submodules (`simpy.core`, `simpy.events`) appear in
+    sim/engine/kernel.py only; everything else uses `simpy.X`, the public API."""
+    kernel = SIM / "engine" / "kernel.py"
+    assert SIMPY_PRIVATE.search(kernel.read_text())  # the pattern does find the kernel's
+    reaches = [
+        f"{path.relative_to(SIM.parent)}:{number}: {line.strip()}"
+        for path in sorted(SIM.rglob("*.py"))
+        if path != kernel
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if SIMPY_PRIVATE.search(line) or re.search(r"\bsimpy\.(core|events|resources)\b", line)
+    ]
+    assert not reaches, "only sim/engine/kernel.py may reach into simpy:\n" + "\n".join(reaches)
+
+
+def test_the_model_layer_does_not_import_simpy() -> None:
+    mentions = [
+        str(path.relative_to(SIM.parent))
+        for path in sorted((SIM / "model").rglob("*.py"))
+        if "simpy" in path.read_text()
+    ]
+    assert not mentions, f"the model layer must not import (or lean on) simpy: {mentions}"
