@@ -51,7 +51,7 @@ class RunBook:
         self.controls = controls
         #: Runs a run's steps (given `finish` with each run: it keeps no reference back here).
         self.steps = steps
-        #: Every run started, in arrival order (the records).
+        #: Every run, in the order they started (re-sends included): the records.
         self.runs: list[Run] = []
         disconnect = plan.customers.disconnect
         self._disconnect_p = disconnect.probability if disconnect is not None else 0.0
@@ -66,6 +66,8 @@ class RunBook:
     def arrivals(
         self, times: np.ndarray, progress: Callable[[int], None] | None
     ) -> Generator[simpy.Event, Any, None]:
+        """Replay the arrival `times` (seconds) on the clock, starting a run at each; `progress`
+        is told every thousand requests."""
         env = self.env
         for index, at in enumerate(times.tolist()):
             if at > env.now:
