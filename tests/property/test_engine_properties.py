@@ -416,7 +416,8 @@ def test_same_seed_same_numbers(scenario: Scenario, n: int, seed: int) -> None:
 def test_a_call_granted_its_slot_at_its_give_up_time_ends_cleanly() -> None:
     """Two attempts queued on one slot with the same give-up time: when the first is cut, the
     second gets the slot at the very instant it gives up, and must end 'timeout', not crash the
-    simulation with a negative delay (found by the properties above; see sim.engine.event_calls.serve)."""
+    simulation with a negative delay (found by the properties above; see
+    sim.engine.event_calls.serve)."""
     scenario = build(
         [{"id": "a", "model": "m", "input_tokens": 100, "output_tokens": 100}],
         {
