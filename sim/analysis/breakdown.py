@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from sim.analysis.metrics import MINUTE_S, peak_window_sum
-from sim.model.provider import OUTCOME_ERROR, OUTCOME_RATE_LIMITED, OUTCOME_TIMEOUT
+from sim.model.rows import OUTCOME_ERROR, OUTCOME_RATE_LIMITED, OUTCOME_TIMEOUT
 
 #: Failure rows kept per policy (the rest are summed into one `other` row).
 TOP_FAILURES = 5

@@ -15,14 +15,15 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.analytic import wilson_interval
-from sim.model.provider import (
+from sim.model.rows import (
+    FAIL_DEADLINE,
     OUTCOME_CANCELLED,
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
+    Records,
 )
-from sim.model.rows import FAIL_DEADLINE, Records
 from sim.policy.actions import action_counts
 from sim.policy.deadlines import BUDGETS, BY_DEADLINE
 

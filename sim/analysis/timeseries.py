@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from sim.model.provider import OUTCOME_RATE_LIMITED
+from sim.model.rows import OUTCOME_RATE_LIMITED
 
 #: timeseries.parquet columns with unit and meaning (per-provider columns follow these).
 TIMESERIES_COLUMNS: dict[str, tuple[str, str]] = {

@@ -1,93 +1,100 @@
-"""A call's life inside the event engine: from a policy's attempt to a recorded `Call`.
+"""A call's life in the event engine, in one place: from a policy's attempt to a recorded `Call`.
 
-`EventCalls` is the part of `sim.engine.simulation.Simulation` that makes one policy attempt:
-its limits (step budgets, a reserve, admission; only off the fast path), its draws from the
-bank (common random numbers: first token, generation, stall, outcome; the request's difficulty,
-a hard request's junk and longer answer, the answer's length cut at `max_tokens`), the call on
-its provider, the answer's check (truncation, the step's validator), its record and the label
-of what cut it, the SDK's hidden retries, and the load-aware controls' gate around it. The
-attempt's handle is a `StepHandle` (`sim.engine.event_steps`). This is the engine's hot path:
-`_call` writes a few steps out inline on purpose (see its comments).
+`CallMaker` makes one policy attempt: the load-aware controls' gate (a breaker's refusal, an
+AIMD queue), the limits its step's budgets give it (`StepHandle.attempt_limits`; only off the
+fast path), its draws from the bank (common random numbers: first token, generation, stall,
+outcome; the request's difficulty, a hard request's junk and longer answer, the answer's length
+cut at `max_tokens`), the call on its provider (`serve`: quota admission or a 429 with its
+Retry-After, the queue for a slot, service stretched by load and bad spells, the cut, an
+interrupt's cancellation, client overhead, the bill), the answer's check (truncation, the
+step's validator), its record and the label of what cut it, and the SDK's hidden retries. What
+every call on a provider shares (slots, quotas, client rules) is `sim.engine.provider.Provider`,
+apart only because with it this module would pass the 600-line limit. This is the engine's hot
+path: `attempt`, `_prepare` and `serve` write a few steps out inline on purpose.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
 
-from sim.engine.event_steps import Flight, StepHandle
+from sim.engine.event_steps import NO_LIMITS, AttemptLimits, Flight, StepHandle
+from sim.engine.kernel import SAME_INSTANT, Environment
+from sim.engine.provider import Provider
 from sim.model.backoff import sdk_wait
 from sim.model.conditions import difficulty_factors
 from sim.model.config import ValidatorSpec
-from sim.model.hardness import Hardness, hard_tokens
-from sim.model.latency import U_OUTCOME, CallDraws, CallLatency, LogNormal
-from sim.model.provider import (
+from sim.model.hardness import hard_tokens
+from sim.model.latency import ERROR, INVALID, OK, U_OUTCOME, CallDraws, CallLatency, LogNormal
+from sim.model.rows import (
     OUTCOME_CANCELLED,
+    OUTCOME_ERROR,
     OUTCOME_INVALID,
     OUTCOME_OK,
+    OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
     Call,
-    Environment,
-    Provider,
+    Run,
 )
-from sim.model.rows import Run
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Step, Workflow
+from sim.model.workflow import Step
 from sim.plan import Plan
 from sim.policy.controls import OUTCOME_BREAKER_OPEN, Controls
-from sim.policy.deadlines import BY_ADMISSION, BY_ATTEMPT, BY_SDK, DeadlineRules
+from sim.policy.deadlines import BY_ADMISSION, BY_SDK
 from sim.policy.plans import Attempt
 
+_DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
+_INF = math.inf
 
-class EventCalls:
-    """A call's life in the event engine (a mixin of `Simulation`)."""
 
-    # The state this job reads, set by `Simulation.__init__` (and `_setup_calls` below).
-    env: Environment
-    bank: CallDrawBank
-    workflow: Workflow
-    latencies: dict[tuple[str, str], CallLatency]
-    providers: dict[str, Provider]
-    rules: DeadlineRules
-    controls: Controls | None
-    calls: list[Call]
-    keeps_flights: bool
-    difficulty: list[float] | None
-    hardness: Hardness | None
-    lengths: dict[str, LogNormal]
-    shaped_steps: list[bool]
-    _slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float, bool]]
+class CallMaker:
+    """Every call of one simulation: made, lived, checked, retried by the SDK and recorded."""
 
-    def _setup_calls(self, plan: Plan, streams: Streams, bank: CallDrawBank) -> None:
-        """What shapes every call's draws, looked up once per simulation."""
+    def __init__(
+        self,
+        env: Environment,
+        plan: Plan,
+        bank: CallDrawBank,
+        streams: Streams,
+        providers: dict[str, Provider],
+        controls: Controls | None,
+        keeps_flights: bool,
+    ) -> None:
+        self.env = env
+        self.bank = bank
+        self.latencies = plan.latencies
+        self.providers = providers
+        self.controls = controls
+        #: Keep each attempt's `Flight` (only a policy reading streaming progress needs them).
+        self.keeps_flights = keeps_flights
+        #: Every ended call, in the order they ended (the records).
+        self.calls: list[Call] = []
         #: Per-request difficulty factors (None: off), one stream for every policy.
-        self.difficulty = None
+        self.difficulty: list[float] | None = None
         if plan.difficulty is not None:
             rng = streams.generator("difficulty")
             self.difficulty = difficulty_factors(plan.difficulty, rng, bank.n_requests)
         #: Hard requests (None: off): more junk and longer answers on every attempt of one.
         self.hardness = plan.hardness
+        steps = plan.workflow.steps
         self.lengths = {
             s.id: LogNormal.from_median_p99(s.length.median, s.length.p99)
-            for s in self.workflow.steps
+            for s in steps
             if s.length is not None
         }
         #: Per step index: the answer's length is drawn or capped per call (else it is fixed).
-        self.shaped_steps = [
-            s.length is not None or s.max_tokens is not None for s in self.workflow.steps
-        ]
+        self.shaped_steps = [s.length is not None or s.max_tokens is not None for s in steps]
         #: Per call slot (provider, model, step index, attempt, re-send, SDK retry): its draws
         #: from the bank, its prefill seconds and whether its draws are used as drawn (see
         #: `_slot`), looked up once per slot, not once per call.
-        self._slots = {}
+        self._slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float, bool]] = {}
 
-    def _call(
+    def attempt(
         self, handle: StepHandle, attempt: int, plan: Attempt
     ) -> Generator[simpy.Event, Any, Call | None]:
         """One policy attempt: a call on its provider (its answer truncated at `max_tokens` and
@@ -95,9 +102,9 @@ class EventCalls:
         run = handle.run
         if run.closed:
             return None
-        limits = _NO_LIMITS
+        limits = NO_LIMITS
         if not handle.plain:  # budgets, a reserve or admission: how long may this attempt run?
-            limits = self._limits(handle, attempt, plan)
+            limits = handle.attempt_limits(attempt, plan)
             if limits is None:  # refused: the time left cannot fund it
                 return None
             if limits.give_up_after != plan.give_up_after:
@@ -106,7 +113,7 @@ class EventCalls:
         call, ttft, generation, stall, drawn, truncated = self._prepare(
             handle, provider, attempt, plan, 0
         )
-        process = self.env._active_proc  # simpy's `active_process`, without its property
+        process = self.env.active_process
         run.active.add(process)
         cut, by_sdk = plan.give_up_after, False
         timeout = provider.sdk_timeout
@@ -114,17 +121,17 @@ class EventCalls:
             cut, by_sdk = timeout, True
         try:
             if handle.plain:
-                yield from provider.call(call, ttft, generation, stall, drawn, cut)
+                yield from serve(provider, call, ttft, generation, stall, drawn, cut)
             else:
-                yield from provider.call(
-                    call, ttft, generation, stall, drawn, cut,
+                yield from serve(
+                    provider, call, ttft, generation, stall, drawn, cut,
                     limits.queue, limits.start_by, limits.service,
                 )  # fmt: skip
             if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
                 call.ended_by = BY_SDK
             if truncated or handle.step.validator is not None:
                 yield from self._check_answer(handle, call, truncated)
-            run.calls += 1  # as `_record`, written out on the hot path
+            run.calls += 1  # its record: the run's totals, and the calls
             run.cost += call.cost
             run.tokens += call.billed_input + call.billed_output
             self.calls.append(call)
@@ -143,34 +150,10 @@ class EventCalls:
                     run.first_signal = signal
         return call
 
-    def _limits(self, handle: StepHandle, attempt: int, plan: Attempt) -> _Limits | None:
-        """How long an attempt starting now may run and which budget binds, or None (counted)
-        when it is refused: no time left at all, or (admission) too little to finish."""
-        limit, by = handle.limit(plan.give_up_after, None)
-        if limit is not None and limit <= 0:  # no time left at all: start nothing
-            handle.refuse(attempt)
-            return None
-        if not handle.admits(0.0, attempt):  # cannot finish in the time left
-            return None
-        expected = self.rules.expected
-        start_by = math.inf  # picked up later, it cannot finish in time: it refuses
-        if expected is not None:
-            start_by = min(handle.known_end, handle.step_end) - expected[handle.step.id]
-        step = handle.step
-        return _Limits(limit, step.queue_budget_s, start_by, by, step.attempt_budget_s)
-
-    @staticmethod
-    def _label(handle: StepHandle, call: Call, attempt: int, by: str) -> None:
-        """Name the budget that cut a call, and count a call refused at pickup."""
-        if call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
-            call.ended_by = by
-        elif call.ended_by == BY_ADMISSION:
-            handle.refuse(attempt, call.sdk_retry)
-
-    def _controlled_call(
+    def controlled(
         self, handle: StepHandle, attempt: int, plan: Attempt
     ) -> Generator[simpy.Event, Any, Call | None]:
-        """`_call` under load-aware controls: refused while the provider's breaker is open (no
+        """`attempt` under load-aware controls: refused while the provider's breaker is open (no
         call is made), queued at the client under an AIMD limit, and learnt from."""
         controls = self.controls
         assert controls is not None
@@ -203,12 +186,20 @@ class EventCalls:
         if attempt == 0:
             controls.primary_sent()
         try:
-            call = yield from self._call(handle, attempt, plan)
+            call = yield from self.attempt(handle, attempt, plan)
         finally:
             controls.release(provider)
         if call is not None:
             controls.attempt_ended(call)
         return call
+
+    @staticmethod
+    def _label(handle: StepHandle, call: Call, attempt: int, by: str) -> None:
+        """Name the budget that cut a call, and count a call refused at pickup."""
+        if call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
+            call.ended_by = by
+        elif call.ended_by == BY_ADMISSION:
+            handle.refuse(attempt, call.sdk_retry)
 
     def _prepare(
         self, handle: StepHandle, provider: Provider, attempt: int, plan: Attempt, sdk: int
@@ -263,16 +254,9 @@ class EventCalls:
                 generation *= step.max_tokens / tokens  # type: ignore[operator]
                 tokens = step.max_tokens  # type: ignore[assignment]
         call = Call(
-            run,
-            step.id,
-            attempt,
-            plan.provider,
-            plan.model,
-            self.env.now,
-            step.input_tokens,
-            tokens,
-            reserved=step.reserved_output,
-        )
+            run, step.id, attempt, plan.provider, plan.model, self.env.now,
+            step.input_tokens, tokens, reserved=step.reserved_output,
+        )  # fmt: skip
         if sdk:
             call.sdk_retry = sdk
         overhead = provider.overhead
@@ -321,89 +305,6 @@ class EventCalls:
             latency = self.latencies[(call.provider, call.model)]
             yield from self._validate(handle.run, call, validator, latency, call.attempt)
 
-    def _record(self, run: Run, call: Call) -> None:
-        """Add an ended call to its run's totals and to the records."""
-        run.calls += 1
-        run.cost += call.cost
-        run.tokens += call.billed_input + call.billed_output
-        self.calls.append(call)
-
-    def _sdk_retries(
-        self,
-        handle: StepHandle,
-        provider: Provider,
-        attempt: int,
-        plan: Attempt,
-        call: Call,
-        limits: _Limits,
-    ) -> Generator[simpy.Event, Any, Call]:
-        """The SDK's hidden retries inside one policy attempt: after a failure in its
-        `retry_on` (a 429, a hard error, its own timeout) it waits (`sdk_wait`: Retry-After or
-        backoff) and calls again, up to `sdk.retries` times, each call cut at its `timeout_s`
-        or what is left of the policy's cut, whichever is first. It gives up when the attempt
-        is cancelled while it waits; with admission, when the time left cannot fund the wait
-        and an attempt (counted as a refused retry). When the wait would pass the policy's cut
-        or the deadline, a client that `honours_deadline` gives up at once; one that does not
-        sleeps until the cut (the attempt ends there) or the deadline's cancellation."""
-        run, env, sdk = handle.run, self.env, provider.sdk
-        retried, timeout = provider.sdk_retried, provider.sdk_timeout
-        began = call.start
-        for j in range(1, provider.sdk_retries + 1):
-            if run.closed or call.outcome not in retried:
-                break
-            if call.outcome == OUTCOME_TIMEOUT and call.ended_by != BY_SDK:
-                break  # the caller's cut, not the client's: never retried by the client
-            u = self.bank.uniform(run.index, "sdk-backoff", handle.step.id, attempt, run.resend, j)
-            wait = sdk_wait(sdk, j, u, call.retry_after, call.retry_after_ms)
-            if wait is None:  # the client does not retry this one (openai: Retry-After > 120 s)
-                break
-            left = None
-            if plan.give_up_after is not None:
-                left = plan.give_up_after - (env.now - began) - wait
-                if left <= 0:  # the policy's cut comes first: the attempt ends with this failure
-                    if not sdk.honours_deadline:  # ... once the client has slept until it
-                        yield from self._sleep(left + wait)
-                    break
-            if wait >= handle.time_left and sdk.honours_deadline:
-                break
-            if not handle.admits(wait, attempt, j):
-                break
-            if wait > 0 and not (yield from self._sleep(wait)):
-                break  # cancelled while the SDK slept
-            if run.closed:
-                break
-            call, ttft, generation, stall, drawn, truncated = self._prepare(
-                handle, provider, attempt, plan, j
-            )
-            cut, by_sdk = left, False
-            if timeout is not None and (cut is None or timeout < cut):
-                cut, by_sdk = timeout, True
-            try:
-                if handle.plain:
-                    yield from provider.call(call, ttft, generation, stall, drawn, cut)
-                else:
-                    yield from provider.call(
-                        call, ttft, generation, stall, drawn, cut,
-                        limits.queue, limits.start_by, limits.service,
-                    )  # fmt: skip
-                if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
-                    call.ended_by = BY_SDK
-                if truncated or handle.step.validator is not None:
-                    yield from self._check_answer(handle, call, truncated)
-            finally:
-                self._record(run, call)
-            self._label(handle, call, attempt, limits.by)
-        return call
-
-    def _sleep(self, seconds: float) -> Generator[simpy.Event, Any, bool]:
-        """Sleep `seconds` (if positive); False if cancelled meanwhile."""
-        if seconds > 0:
-            try:
-                yield self.env.timeout(seconds)
-            except simpy.Interrupt:
-                return False
-        return True
-
     def _validate(
         self, run: Run, call: Call, validator: ValidatorSpec, latency: CallLatency, attempt: int
     ) -> Generator[simpy.Event, Any, None]:
@@ -431,19 +332,259 @@ class EventCalls:
         if not w < validator.catches:
             call.outcome, call.valid = OUTCOME_OK, False
 
+    def _sdk_retries(
+        self,
+        handle: StepHandle,
+        provider: Provider,
+        attempt: int,
+        plan: Attempt,
+        call: Call,
+        limits: AttemptLimits,
+    ) -> Generator[simpy.Event, Any, Call]:
+        """The SDK's hidden retries inside one policy attempt: after a failure in its
+        `retry_on` (a 429, a hard error, its own timeout) it waits (`sdk_wait`: Retry-After or
+        backoff) and calls again, up to `sdk.retries` times, each call cut at its `timeout_s`
+        or what is left of the policy's cut, whichever is first. It gives up when the attempt
+        is cancelled while it waits; with admission, when the time left cannot fund the wait
+        and an attempt (counted as a refused retry). When the wait would pass the policy's cut
+        or the deadline, a client that `honours_deadline` gives up at once; one that does not
+        sleeps until the cut (the attempt ends there) or the deadline's cancellation."""
+        run, env, sdk = handle.run, self.env, provider.sdk
+        retried, timeout = provider.sdk_retried, provider.sdk_timeout
+        began = call.start
+        for j in range(1, provider.sdk_retries + 1):
+            if run.closed or call.outcome not in retried:
+                break
+            if call.outcome == OUTCOME_TIMEOUT and call.ended_by != BY_SDK:
+                break  # the caller's cut, not the client's: never retried by the client
+            u = self.bank.uniform(run.index, "sdk-backoff", handle.step.id, attempt, run.resend, j)
+            wait = sdk_wait(sdk, j, u, call.retry_after, call.retry_after_ms)
+            if wait is None:  # the client does not retry this one (openai: Retry-After > 120 s)
+                break
+            left = None
+            if plan.give_up_after is not None:
+                left = plan.give_up_after - (env.now - began) - wait
+                if left <= 0:  # the policy's cut comes first: the attempt ends with this failure
+                    if not sdk.honours_deadline:  # ... once the client has slept until it
+                        yield from _sleep(env, left + wait)
+                    break
+            if wait >= handle.time_left and sdk.honours_deadline:
+                break
+            if not handle.admits(wait, attempt, j):
+                break
+            if wait > 0 and not (yield from _sleep(env, wait)):
+                break  # cancelled while the SDK slept
+            if run.closed:
+                break
+            call, ttft, generation, stall, drawn, truncated = self._prepare(
+                handle, provider, attempt, plan, j
+            )
+            cut, by_sdk = left, False
+            if timeout is not None and (cut is None or timeout < cut):
+                cut, by_sdk = timeout, True
+            try:
+                if handle.plain:
+                    yield from serve(provider, call, ttft, generation, stall, drawn, cut)
+                else:
+                    yield from serve(
+                        provider, call, ttft, generation, stall, drawn, cut,
+                        limits.queue, limits.start_by, limits.service,
+                    )  # fmt: skip
+                if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
+                    call.ended_by = BY_SDK
+                if truncated or handle.step.validator is not None:
+                    yield from self._check_answer(handle, call, truncated)
+            finally:  # recorded, however it ended (as at the end of `attempt`)
+                run.calls += 1
+                run.cost += call.cost
+                run.tokens += call.billed_input + call.billed_output
+                self.calls.append(call)
+            self._label(handle, call, attempt, limits.by)
+        return call
 
-@dataclass(frozen=True, slots=True)
-class _Limits:
-    """An attempt's limits when a budget, a reserve or admission is set (see `Provider.call`):
-    its cut, its queue budget, the latest pickup that can still finish, the budget that binds
-    the cut (its `ended_by`), and its service budget from the slot grant."""
 
-    give_up_after: float | None = None
-    queue: float | None = None
-    start_by: float = math.inf
-    by: str = BY_ATTEMPT
-    service: float | None = None
+def serve(
+    provider: Provider,
+    call: Call,
+    ttft: float,
+    generation: float,
+    stall: float,
+    drawn: int,
+    give_up_after: float | None,
+    queue_limit: float | None = None,
+    start_by: float = math.inf,
+    service_limit: float | None = None,
+) -> Generator[simpy.Event, Any, Call]:
+    """Live one call on `provider` to its end and return it with outcome, times and bill.
+
+    Sent (a 429 if over a quota, with the Retry-After the provider would send), queued for a
+    slot, served (stretched by load and bad spells when those are on), first token, generating,
+    then done or cancelled. `give_up_after` (seconds from the call's start) cuts the call with
+    outcome 'timeout'. `queue_limit` (seconds) abandons it if no slot is free by then
+    (`ended_by` 'queue'); a call granted its slot after the time `start_by` (picked up too late
+    to finish in time) refuses to start (`ended_by` 'admission', never served); `service_limit`
+    (seconds from the slot grant) cuts it with outcome 'timeout' (`ended_by` 'attempt'). An
+    `Interrupt` (race loser, deadline) ends it with outcome 'cancelled' and the interrupt's
+    cause as `ended_by`. A call stopped after it got a slot is billed per `billing.cancelled`.
+    With client overhead, its held part holds the slot before the first token and the rest
+    delays what the caller sees after the slot is freed (`_late`).
+
+    One generator of about 100 lines on purpose: the slot is taken and given back in one
+    try/finally, so an interrupt at any of its yields releases the slot (or leaves the queue)
+    in one place, and it is the event engine's hottest path (split into sub-generators, each
+    call would pay a `yield from` per stage).
+    """
+    env = provider.env
+    charge = call.reserved if provider.reserve else call.output_tokens
+    tokens = call.input_tokens + charge
+    if not provider.limited or (
+        not provider.model_quotas and provider.quota.admit(env.now, tokens, call.input_tokens)
+    ):
+        call.quota_tokens = tokens
+    elif not provider.admit(call, charge):  # per-model quotas, or a 429 (Retry-After set)
+        call.queue = 0.0
+        if call.overhead:  # the client sees the 429 after its whole overhead
+            left = _INF if give_up_after is None else give_up_after
+            return (yield from _late(provider, call, OUTCOME_RATE_LIMITED, call.overhead, left, ""))
+        return _end(provider, call, OUTCOME_RATE_LIMITED)
+    slots = provider.slots
+    granted = slots.count < slots.capacity and not slots.queue
+    slot: simpy.Event | None = None
+    if granted:  # a free slot and nobody queued: taken at once (`Slots.take`, inlined)
+        slots.count += 1
+    served_at = math.nan
+    released = False  # the slot was given back before the call's end (overhead after it)
+    try:
+        if not granted:
+            slot = slots.wait()
+        if slot is not None and not slot.triggered:
+            wait_limit = give_up_after
+            by_queue = queue_limit is not None and (
+                give_up_after is None or queue_limit < give_up_after
+            )
+            if by_queue:
+                wait_limit = queue_limit
+            if wait_limit is None:
+                yield slot
+            else:
+                yield slot | env.timeout(wait_limit)
+                if not slot.triggered:  # cut while still queued: never served
+                    call.queue = env.now - call.start
+                    if by_queue:
+                        call.ended_by = "queue"
+                    return _end(provider, call, OUTCOME_TIMEOUT)
+        served_at = env.now
+        call.queue = served_at - call.start
+        if provider.shaped:
+            factor, spell = provider.stretch()
+            ttft, generation = ttft * factor, generation * factor
+            if spell and drawn != ERROR and call.spell_u < provider.spell_error_rate:
+                drawn = ERROR
+        after = 0.0
+        if call.overhead:  # the held part delays the first token; the rest comes after
+            held = call.overhead * provider.overhead_held
+            after = call.overhead - held
+            ttft += held
+        service = ttft if drawn != OK else ttft + generation + stall
+        queued = call.queue
+        left = _INF if give_up_after is None else give_up_after - queued
+        if service_limit is not None and service_limit < left:
+            left = service_limit
+            call.ended_by = "attempt"  # kept only if this limit cuts the call
+        if left < _INF and left <= SAME_INSTANT * (queued if queued > 1.0 else 1.0):
+            # granted its slot at its give-up instant (up to rounding): cut, never served
+            return _end(provider, call, OUTCOME_TIMEOUT)
+        if served_at >= start_by:  # picked up too late to finish: refuses to start
+            call.ended_by = "admission"
+            return _end(provider, call, OUTCOME_TIMEOUT)
+        if service <= left:
+            cut_by, call.ended_by = call.ended_by, ""
+            yield env.timeout(service)
+            if drawn == OK:  # an answer: billed input and output
+                call.ttft = ttft
+                call.billed_input, call.billed_output = call.input_tokens, call.output_tokens
+            elif drawn == INVALID:  # junk: billed its input; an error bills nothing
+                call.ttft = ttft
+                call.billed_input = call.input_tokens
+            if after > 0.0:  # served: the slot is free, the caller sees it `after` later
+                released = True
+                slots.release()
+                left -= service
+                return (yield from _late(provider, call, _DRAWN[drawn], after, left, cut_by))
+            # its end (as `_end`, written out: nearly every call ends here)
+            call.end, call.outcome = env.now, _DRAWN[drawn]
+            serving = provider.serving[call.model]
+            call.cost = (
+                call.billed_input * serving.price_input + call.billed_output * serving.price_output
+            )
+            return call
+        yield env.timeout(left)
+        _bill_cut(provider, call, drawn, ttft, generation + stall, env.now - served_at)
+        return _end(provider, call, OUTCOME_TIMEOUT)
+    except simpy.Interrupt as stop:
+        call.ended_by = str(stop.cause)
+        if math.isnan(served_at) or env.now == served_at:  # never served for any time
+            call.queue = env.now - call.start
+        else:
+            _bill_cut(provider, call, drawn, ttft, generation + stall, env.now - served_at)
+        return _end(provider, call, OUTCOME_CANCELLED)
+    finally:
+        if released:
+            pass
+        elif slot is None or slot.triggered:  # held a slot (or was just granted one)
+            slots.release()
+        else:  # still queued: leave the queue, so it never takes a slot later
+            slots.cancel(slot)
 
 
-#: The limits of an attempt on the fast path (no budget, reserve or admission).
-_NO_LIMITS = _Limits()
+def _late(
+    provider: Provider, call: Call, outcome: str, delay: float, left: float, cut_by: str
+) -> Generator[simpy.Event, Any, Call]:
+    """The end of a call the caller sees `delay` seconds (client overhead) after the provider
+    is done with it: `outcome` then; a timeout (`ended_by` `cut_by`) if the client's cut, `left`
+    seconds away, comes first; cancelled if interrupted. Billed as the provider billed it."""
+    env = provider.env
+    try:
+        if delay <= left:
+            yield env.timeout(delay)
+        else:
+            yield env.timeout(max(left, 0.0))
+            outcome, call.ended_by = OUTCOME_TIMEOUT, cut_by
+    except simpy.Interrupt as stop:
+        outcome, call.ended_by = OUTCOME_CANCELLED, str(stop.cause)
+    return _end(provider, call, outcome)
+
+
+def _end(provider: Provider, call: Call, outcome: str) -> Call:
+    """A call ends now with `outcome`, costed at its model's prices on this provider."""
+    call.end = provider.env.now
+    call.outcome = outcome
+    serving = provider.serving[call.model]
+    call.cost = call.billed_input * serving.price_input + call.billed_output * serving.price_output
+    return call
+
+
+def _bill_cut(
+    provider: Provider, call: Call, drawn: int, ttft: float, generating: float, elapsed: float
+) -> None:
+    """A call stopped after it got a slot: billed per the scenario's `billing.cancelled`."""
+    if provider.billing == "none" or drawn == ERROR:
+        return
+    call.billed_input = call.input_tokens
+    if drawn == INVALID:
+        return
+    if provider.billing == "full":
+        call.billed_output = call.output_tokens
+    elif elapsed > ttft:
+        done = min(1.0, (elapsed - ttft) / generating) if generating > 0 else 1.0
+        call.billed_output = int(call.output_tokens * done)
+
+
+def _sleep(env: simpy.Environment, seconds: float) -> Generator[simpy.Event, Any, bool]:
+    """Sleep `seconds` (if positive); False if cancelled meanwhile."""
+    if seconds > 0:
+        try:
+            yield env.timeout(seconds)
+        except simpy.Interrupt:
+            return False
+    return True

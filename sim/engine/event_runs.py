@@ -1,11 +1,10 @@
 """The event engine's bookkeeping of a request: its arrival, its deadline and its caller.
 
-`RunBook` is the part of `sim.engine.simulation.Simulation` that owns a request's run as a
-whole: arrivals replayed on the clock, a run started (its root steps, its deadline timer, its
-caller's hang-up), the edge giving up on it (deadline, disconnect), its end (every call still in
-flight cancelled, its quality settled) and a customer's re-send of a failed request. It is a
-mixin: the state it reads is set by `Simulation.__init__` (see the annotations below), and it
-starts a run's steps through `EventSteps._step` (`sim.engine.event_steps`).
+`RunBook` owns a request's run as a whole: arrivals replayed on the clock, a run started (its
+root steps, its deadline timer, its caller's hang-up), the edge giving up on it (deadline,
+disconnect), its end (every call still in flight cancelled, its quality settled) and a
+customer's re-send of a failed request. It starts a run's steps through the step runner it is
+given (`sim.engine.event_steps.StepRunner.walk`), handing it `finish` to end the run with.
 """
 
 from __future__ import annotations
@@ -17,43 +16,43 @@ from typing import Any
 import numpy as np
 import simpy
 
+from sim.engine.event_steps import StepRunner, cancel
+from sim.engine.kernel import Environment
 from sim.model.backoff import retry_wait
-from sim.model.latency import Distribution, build_distribution
-from sim.model.provider import OUTCOME_CANCELLED, Environment
+from sim.model.latency import build_distribution
 from sim.model.rows import FAIL_DEADLINE, FAIL_DISCONNECT, Run
 from sim.model.streams import CallDrawBank, Streams
-from sim.model.workflow import Step, Workflow
 from sim.plan import Plan
 from sim.policy.controls import FAIL_SHED, Controls
 from sim.policy.deadlines import BY_RUN, DeadlineRules
 
-#: Cause given to `Process.interrupt` when a call is cancelled.
-CANCEL = OUTCOME_CANCELLED
-
 
 class RunBook:
-    """A request's bookkeeping in the event engine (a mixin of `Simulation`)."""
+    """A request's bookkeeping in the event engine: every run, from arrival to end."""
 
-    # The state this job reads, set by `Simulation.__init__` (and `_setup_runs` below).
-    env: Environment
-    plan: Plan
-    bank: CallDrawBank
-    streams: Streams
-    workflow: Workflow
-    deadline_s: float
-    rules: DeadlineRules
-    controls: Controls | None
-    runs: list[Run]
-    quality_floor: float
-    _disconnect_p: float
-    _disconnect_after: Distribution | None
-    _resend_probability: float
-    _resend_uniforms: dict[int, np.ndarray]
-    #: A run's steps (`EventSteps._step`).
-    _step: Callable[[Run, Step | None], Generator[simpy.Event, Any, None]]
-
-    def _setup_runs(self, plan: Plan) -> None:
-        """The customers' part of the plan, looked up once: hang-ups, re-sends, the floor."""
+    def __init__(
+        self,
+        env: Environment,
+        plan: Plan,
+        bank: CallDrawBank,
+        streams: Streams,
+        deadline_s: float,
+        rules: DeadlineRules,
+        controls: Controls | None,
+        steps: StepRunner,
+    ) -> None:
+        self.env = env
+        self.plan = plan
+        self.bank = bank
+        self.streams = streams
+        self.workflow = plan.workflow
+        self.deadline_s = deadline_s
+        self.rules = rules
+        self.controls = controls
+        #: Runs a run's steps (given `finish` with each run: it keeps no reference back here).
+        self.steps = steps
+        #: Every run, in the order they started (re-sends included): the records.
+        self.runs: list[Run] = []
         disconnect = plan.customers.disconnect
         self._disconnect_p = disconnect.probability if disconnect is not None else 0.0
         self._disconnect_after = (
@@ -62,11 +61,13 @@ class RunBook:
         self.quality_floor = plan.quality_floor
         retry = plan.customers.retry
         self._resend_probability = retry.probability if retry.max > 0 else 0.0
-        self._resend_uniforms = {}
+        self._resend_uniforms: dict[int, np.ndarray] = {}
 
-    def _arrivals(
+    def arrivals(
         self, times: np.ndarray, progress: Callable[[int], None] | None
     ) -> Generator[simpy.Event, Any, None]:
+        """Replay the arrival `times` (seconds) on the clock, starting a run at each; `progress`
+        is told every thousand requests."""
         env = self.env
         for index, at in enumerate(times.tolist()):
             if at > env.now:
@@ -84,10 +85,11 @@ class RunBook:
         self.runs.append(run)
         if self.controls is not None and not self.controls.admits_run(self.deadline_s):
             run.fail_reason = FAIL_SHED  # shed at arrival: expected past its deadline
-            self._finish(run, ok=False, end=env.now)
+            self.finish(run, False, env.now)
             return
+        walk, finish = self.steps.walk, self.finish
         for step in self.workflow.roots:
-            env.process(self._step(run, step))
+            env.process(walk(run, step, finish))
         if math.isfinite(self.deadline_s):
             env.timeout(self.deadline_s).callbacks.append(lambda _: self._deadline_passed(run))
         if self._disconnect_p > 0:
@@ -117,20 +119,20 @@ class RunBook:
         run.fail_reason, run.fail_step = reason, run.running
         run.given_up_at = self.env.now
         if self.rules.propagate:
-            self._finish(run, ok=False, end=end, cause=reason)
+            self.finish(run, False, end, reason)
             return
         run.edge_done = True
         run.ok, run.end = False, end
         if reason == FAIL_DEADLINE and self._resend_probability > 0:
             self._maybe_resend(run)
 
-    def _finish(self, run: Run, ok: bool, end: float, cause: str = BY_RUN) -> None:
+    def finish(self, run: Run, ok: bool, end: float, cause: str = BY_RUN) -> None:
         """End a run: nothing new starts, every call still in flight is cancelled now (`cause`
         becomes their `ended_by`). A run the edge already gave up on keeps that outcome."""
         run.closed = True
         if run.edge_done:
             for process in list(run.active):
-                self._cancel(run, process, cause)
+                cancel(run, process, cause)
             return
         run.ok = ok
         run.end = end
@@ -141,7 +143,7 @@ class RunBook:
             run.quality = mean if run.valid else 0.0
             run.valid_hit = run.valid and run.quality >= self.quality_floor - 1e-12
         for process in list(run.active):
-            self._cancel(run, process, cause)
+            cancel(run, process, cause)
         if not ok and self._resend_probability > 0 and run.fail_reason != FAIL_DISCONNECT:
             self._maybe_resend(run)
 
@@ -162,9 +164,3 @@ class RunBook:
                 jitter = self.bank.uniform(index, "customer-backoff", resend)
                 delay = retry_wait(retry.backoff, resend, jitter)
             self.env.timeout(delay).callbacks.append(lambda _: self._start_run(index, resend))
-
-    @staticmethod
-    def _cancel(run: Run, process: simpy.Process, cause: str = CANCEL) -> None:
-        if process in run.active and process.is_alive:
-            run.active.discard(process)
-            process.interrupt(cause)

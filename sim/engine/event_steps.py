@@ -1,13 +1,14 @@
 """The event engine's run of one step: the policy's handle on it, and what the step unlocks.
 
-`EventSteps` is the part of `sim.engine.simulation.Simulation` that runs a request's steps: a
-step goes to its policy (or, for a tool step, to the tool desk) through a `StepHandle`, its
-delivered answer is recorded (quality, validity), and its result resolves the steps after it
-(unlocked, or lost with the run failed). A chain of steps costs one simpy process; a DAG one per
-branch. `StepHandle` is what a policy may do while it runs a step (`sim.policy.kinds.StepRun`):
-call inline, start a parallel attempt, cancel one, ask the time left, read an attempt's
-`Flight` (what a streaming client sees of it). The call itself is `EventCalls._call`
-(`sim.engine.event_calls`); a run's end is `RunBook._finish` (`sim.engine.event_runs`).
+`StepRunner` runs a request's steps: a step goes to its policy (or, for a tool step, to the
+tool desk) through a `StepHandle`, its delivered answer is recorded (quality, validity), and its
+result resolves the steps after it (unlocked, or lost with the run failed). A chain of steps
+costs one simpy process; a DAG one per branch. `StepHandle` is what a policy may do while it
+runs a step (`sim.policy.plans.StepRun`): call inline, start a parallel attempt, cancel one, ask
+the time left, read an attempt's `Flight` (what a streaming client sees of it); and what the
+call maker asks of it (`attempt_limits`, `admits`, `refuse`). The runner is given what it uses:
+the attempt maker (`sim.engine.event_calls.CallMaker`) at construction, and the run book's
+`finish` (`sim.engine.event_runs.RunBook`) with each run it walks.
 """
 
 from __future__ import annotations
@@ -20,66 +21,76 @@ from typing import Any
 
 import simpy
 
-from sim.engine.event_runs import RunBook
-from sim.model.provider import Call, Environment
-from sim.model.rows import FAIL_NO_CALL, FAIL_REFUSED, Action, Run
+from sim.engine.kernel import Environment
+from sim.model.rows import FAIL_NO_CALL, FAIL_REFUSED, Action, Call, Run
 from sim.model.streams import CallDrawBank
-from sim.model.workflow import Step, Workflow
+from sim.model.workflow import Step
+from sim.plan import Plan
 from sim.policy.actions import ToolDesk
 from sim.policy.controls import Controls
-from sim.policy.deadlines import BY_LOSER, DeadlineRules, admits, attempt_limit
+from sim.policy.deadlines import BY_ATTEMPT, BY_LOSER, DeadlineRules, admits, attempt_limit
 from sim.policy.plans import Attempt, Policy
 
 _INF = math.inf
 #: `Run.remaining` value of a step that can no longer run (a step it needs failed).
 LOST = -1
+#: How a step's run ends its request: `finish(run, ok, end)` (`sim.engine.event_runs.RunBook`).
+Finish = Callable[["Run", bool, float], None]
+#: What makes one attempt of a step: `attempt(handle, attempt, plan)`, a generator whose value is
+#: the call (None if none was made) (`sim.engine.event_calls.CallMaker`).
+AttemptMaker = Callable[["StepHandle", int, Attempt], Generator[simpy.Event, Any, "Call | None"]]
 
 
-class EventSteps:
-    """A step's run in the event engine (a mixin of `Simulation`)."""
+class StepRunner:
+    """A request's steps in the event engine: each run by its policy (or the tool desk), its
+    answer recorded, what it unlocks started, and its run's end reported to the run book."""
 
-    # The state this job reads, set by `Simulation.__init__` (and `_setup_steps` below).
-    env: Environment
-    bank: CallDrawBank
-    workflow: Workflow
-    deadline_s: float
-    policy: Policy
-    rules: DeadlineRules
-    controls: Controls | None
-    actions: list[Action]
-    keeps_flights: bool
-    propagate: bool
-    reserve_s: float
-    caps_attempts: bool
-    plain_steps: list[bool]
-    tools: ToolDesk
-    model_quality: dict[str, float]
-    #: An attempt, plain or under controls (`EventCalls`), and a run's end (`RunBook`).
-    _call: Callable[[StepHandle, int, Attempt], Generator[simpy.Event, Any, Call | None]]
-    _controlled_call: Callable[[StepHandle, int, Attempt], Generator[simpy.Event, Any, Call | None]]
-    _finish: Callable[..., None]
-
-    def _setup_steps(self, policy: Policy) -> None:
-        """What every step's handle reads, looked up once per simulation, and the tool desk."""
+    def __init__(
+        self,
+        env: Environment,
+        plan: Plan,
+        policy: Policy,
+        bank: CallDrawBank,
+        rules: DeadlineRules,
+        controls: Controls | None,
+        attempt: AttemptMaker,
+        deadline_s: float,
+    ) -> None:
+        self.env = env
+        self.bank = bank
+        self.workflow = plan.workflow
+        self.policy = policy
+        self.rules = rules
+        self.controls = controls
+        #: An attempt, made by the call maker (`sim.engine.event_calls`; under the controls'
+        #: gate when they are on): a method of another object, so no reference cycle.
+        self.attempt = attempt
+        self.deadline_s = deadline_s
+        self.model_quality = plan.model_quality
         #: Keep each attempt's `Flight` (only a policy reading streaming progress needs them).
         self.keeps_flights = policy.watches_flights
         #: The rules' parts every step handle reads (`DeadlineRules`), looked up once.
-        self.propagate, self.reserve_s = self.rules.propagate, self.rules.reserve_s
-        self.caps_attempts = self.rules.caps_attempts
+        self.propagate, self.reserve_s = rules.propagate, rules.reserve_s
+        self.caps_attempts = rules.caps_attempts
         #: Per step index: nothing in the step itself or the rules to check per attempt (the
         #: rest of `StepHandle.plain` depends on the run).
         self.plain_steps = [
             s.budget_s == math.inf
             and s.attempt_budget_s is None
             and s.queue_budget_s is None
-            and self.rules.expected is None
+            and rules.expected is None
             for s in self.workflow.steps
         ]
-        self.tools = ToolDesk(self.env, self.bank, self.rules, self.workflow.steps, self.actions)
+        #: Tool steps' action records (empty without tool steps).
+        self.actions: list[Action] = []
+        self.tools = ToolDesk(env, bank, rules, self.workflow.steps, self.actions)
 
-    def _step(self, run: Run, step: Step | None) -> Generator[simpy.Event, Any, None]:
+    def walk(
+        self, run: Run, step: Step | None, finish: Finish
+    ) -> Generator[simpy.Event, Any, None]:
         """Run a step, then go on with the first step it unlocks (others get processes of their
-        own): a chain costs one process, a DAG one per branch."""
+        own): a chain costs one process, a DAG one per branch. `finish` ends the run (the run
+        book's, passed along rather than kept: no reference cycle between the two)."""
         env, execute, controls = self.env, self.policy.execute, self.controls
         while step is not None:
             handle = StepHandle(self, run, step)
@@ -93,13 +104,13 @@ class EventSteps:
                 self._answered(run, step, handle.answer)
             if controls is not None:
                 controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
-            ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL)
+            ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL, finish)
             if not ready:
                 return
             step = ready[0]
             if len(ready) > 1:
                 for other in ready[1:]:
-                    env.process(self._step(run, other))
+                    env.process(self.walk(run, other, finish))
 
     def _answered(self, run: Run, step: Step, answer: Call | None) -> None:
         """Record the answer a step delivered: its model's quality, and whether it is valid
@@ -117,7 +128,7 @@ class EventSteps:
                     break
         valid_steps[step.index] = valid
 
-    def _resolve(self, run: Run, step: Step, ok: bool, outcome: str) -> list[Step]:
+    def _resolve(self, run: Run, step: Step, ok: bool, outcome: str, finish: Finish) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
         step (or a required step that now cannot run) mattered, with `outcome` as the reason."""
         if run.closed:
@@ -144,9 +155,9 @@ class EventSteps:
         if run.failed or run.unresolved == 0:
             reserve = self.rules.reserve_s
             if run.failed or reserve == 0:
-                self._finish(run, ok=not run.failed, end=self.env.now)
+                finish(run, not run.failed, self.env.now)
             elif self.env.now + reserve <= run.deadline_at or run.edge_done:
-                self._finish(run, ok=True, end=self.env.now + reserve)  # validated, delivered
+                finish(run, True, self.env.now + reserve)  # validated, delivered
             else:
                 run.closed = True  # nothing left to run, but too late to deliver: its deadline
             return []  # will fail it
@@ -160,34 +171,36 @@ _NO_FLIGHTS: MappingProxyType[int, Flight] = MappingProxyType({})
 class StepHandle:
     """The engine's handle for a policy running one step of one run."""
 
-    __slots__ = ("answer", "env", "flights", "known_end", "last_outcome", "plain", "run", "sim",
+    __slots__ = ("answer", "env", "flights", "known_end", "last_outcome", "plain", "run", "runner",
                  "step", "step_end", "work_end")  # fmt: skip
 
-    def __init__(self, sim: EventSteps, run: Run, step: Step) -> None:
-        self.sim = sim
-        self.env = env = sim.env
+    def __init__(self, runner: StepRunner, run: Run, step: Step) -> None:
+        self.runner = runner
+        self.env = env = runner.env
         self.run = run
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
         self.answer: Call | None = None  # the answer the step delivers (last ok by default)
         #: Every attempt's call and its drawn times (kept only for a policy that reads them).
         self.flights: dict[int, Flight] | MappingProxyType[int, Flight] = (
-            {} if sim.keeps_flights else _NO_FLIGHTS
+            {} if runner.keeps_flights else _NO_FLIGHTS
         )
         #: The end of the request's time as this step's work knows it: the deadline less the
         #: reserve with propagation; without, the work does not know the deadline (inf).
-        self.known_end = run.deadline_at - sim.reserve_s if sim.propagate else _INF
-        if step.budget_s == _INF and not sim.caps_attempts:  # the common case, written out
+        self.known_end = run.deadline_at - runner.reserve_s if runner.propagate else _INF
+        if step.budget_s == _INF and not runner.caps_attempts:  # the common case, written out
             self.step_end = self.work_end = _INF
-            self.plain = sim.plain_steps[step.index]
+            self.plain = runner.plain_steps[step.index]
             return
         #: When this step's budget runs out (inf: no step budget).
         self.step_end = env.now + step.budget_s
         #: Where attempts are cut for the request's time (inf: the deadline cancels them).
-        self.work_end = self.known_end if sim.caps_attempts else _INF
+        self.work_end = self.known_end if runner.caps_attempts else _INF
         #: Nothing to check per attempt: the fast path (the step's and the rules' part of
-        #: this is fixed per simulation, in `EventSteps.plain_steps`).
-        self.plain = sim.plain_steps[step.index] and self.step_end == _INF and self.work_end == _INF
+        #: this is fixed per simulation, in `StepRunner.plain_steps`).
+        self.plain = (
+            runner.plain_steps[step.index] and self.step_end == _INF and self.work_end == _INF
+        )
 
     @property
     def closed(self) -> bool:
@@ -209,11 +222,27 @@ class StepHandle:
         """Deadline-aware admission of an attempt after `wait` seconds: True when admission is
         off or the time left exceeds the wait plus the step's expected attempt time; a refusal
         is counted on the run."""
-        expected = self.sim.rules.expected
+        expected = self.runner.rules.expected
         if expected is None or admits(self.time_left, wait, expected[self.step.id]):
             return True
         self.refuse(attempt, sdk)
         return False
+
+    def attempt_limits(self, attempt: int, plan: Attempt) -> AttemptLimits | None:
+        """How long an attempt starting now may run and which budget binds, or None (counted)
+        when it is refused: no time left at all, or (admission) too little to finish."""
+        limit, by = self.limit(plan.give_up_after, None)
+        if limit is not None and limit <= 0:  # no time left at all: start nothing
+            self.refuse(attempt)
+            return None
+        if not self.admits(0.0, attempt):  # cannot finish in the time left
+            return None
+        expected = self.runner.rules.expected
+        start_by = math.inf  # picked up later, it cannot finish in time: it refuses
+        step = self.step
+        if expected is not None:
+            start_by = min(self.known_end, self.step_end) - expected[step.id]
+        return AttemptLimits(limit, step.queue_budget_s, start_by, by, step.attempt_budget_s)
 
     def refuse(self, attempt: int, sdk: int = 0) -> None:
         """Count an attempt refused for lack of time (a step's first, or a retry)."""
@@ -225,36 +254,35 @@ class StepHandle:
             self.last_outcome = FAIL_REFUSED
 
     def call(self, attempt: int, plan: Attempt) -> Generator[simpy.Event, Any, Call | None]:
-        sim = self.sim  # (chosen here, not by a bound method kept on the simulation: no cycle)
-        if sim.controls is None:
-            return sim._call(self, attempt, plan)
-        return sim._controlled_call(self, attempt, plan)
+        return self.runner.attempt(self, attempt, plan)
 
     def start(self, attempt: int, plan: Attempt) -> simpy.Process:
         return self.env.process(self.call(attempt, plan))
 
     def cancel(self, process: simpy.Process) -> None:
-        RunBook._cancel(self.run, process, BY_LOSER)
+        cancel(self.run, process, BY_LOSER)
 
     def may_retry(self) -> bool:
-        controls = self.sim.controls
+        controls = self.runner.controls
         return controls is None or controls.may_retry()
 
     def may_hedge(self, provider: str) -> bool:
-        controls = self.sim.controls
+        controls = self.runner.controls
         return controls is None or controls.may_hedge(provider)
 
     def jitter(self, retry: int) -> float:
         """This run's backoff-jitter uniform for the step's retry number `retry` (the same
         under every policy)."""
-        return self.sim.bank.uniform(
+        return self.runner.bank.uniform(
             self.run.index, "backoff", self.step.id, retry, self.run.resend
         )
 
     def uniform(self, stream: str, number: int) -> float:
         """This run's uniform `number` of the step's named stream `stream` (the same under every
         policy that reads it)."""
-        return self.sim.bank.uniform(self.run.index, stream, self.step.id, number, self.run.resend)
+        return self.runner.bank.uniform(
+            self.run.index, stream, self.step.id, number, self.run.resend
+        )
 
     def accept(self, call: Call) -> None:
         """The step delivers this call's answer (a draft kept, or the primary's upgrade)."""
@@ -322,3 +350,28 @@ class Flight:
         if target - done <= 0:
             return 0.0
         return (target - done) / rate if rate > 0 else math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLimits:
+    """An attempt's limits when a budget, a reserve or admission is set (see
+    `sim.engine.event_calls.serve`): its cut, its queue budget, the latest pickup that can still
+    finish, the budget that binds the cut (its `ended_by`), its service budget from the grant."""
+
+    give_up_after: float | None = None
+    queue: float | None = None
+    start_by: float = math.inf
+    by: str = BY_ATTEMPT
+    service: float | None = None
+
+
+#: The limits of an attempt on the fast path (no budget, reserve or admission).
+NO_LIMITS = AttemptLimits()
+
+
+def cancel(run: Run, process: simpy.Process, cause: str) -> None:
+    """Cancel one of `run`'s attempts in flight: its process is interrupted (its call's slot is
+    freed at once, its bill settled as the scenario says), `cause` becoming its `ended_by`."""
+    if process in run.active and process.is_alive:
+        run.active.discard(process)
+        process.interrupt(cause)

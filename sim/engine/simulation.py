@@ -1,17 +1,17 @@
 """The event engine: one policy on one scenario, in its own simpy Environment.
 
-`Simulation` builds a fresh simpy Environment and providers, replays the given arrivals, runs
-every request's workflow under the policy, holds each request to its end-to-end deadline
-(cancelling its in-flight calls when it passes) and returns flat records. It knows nothing of
-files, plots or the CLI. Its work is split by job into three mixins, each in its own module:
-a request's bookkeeping (`sim.engine.event_runs.RunBook`: arrivals, a run's start, deadline,
-hang-up, end and re-send), a step's run (`sim.engine.event_steps.EventSteps` and the policy's
-`StepHandle`: dispatch to the policy or the tool desk, resolving what a step unlocks) and a
-call's life (`sim.engine.event_calls.EventCalls`: limits, draws, the provider call, checks, SDK
-retries, controls). This module owns what ties them: the shared state (`__init__`), the run
-loop and its garbage-collector settings, and the serving paths' latency laws. Mixins rather
-than separate objects keep the hot path's lookups what they were: one attribute or method on
-`self`, no extra hop.
+`Simulation` builds a fresh environment (`sim.engine.kernel.Environment`) and providers,
+replays the given arrivals, runs every request's workflow under the policy, holds each request
+to its end-to-end deadline (cancelling its in-flight calls when it passes) and returns flat
+records. It knows nothing of files, plots or the CLI. Its work is done by three parts, each an
+object given the state it uses: a request's bookkeeping (`sim.engine.event_runs.RunBook`:
+arrivals, a run's start, deadline, hang-up, end and re-send), a step's run
+(`sim.engine.event_steps.StepRunner` and the policy's `StepHandle`: dispatch to the policy or
+the tool desk, resolving what a step unlocks) and a call's life (`sim.engine.event_calls.
+CallMaker`: the controls' gate, draws, the provider call, checks, SDK retries, the records).
+This module ties them: it builds them in order (calls, steps, runs: each part knows only those
+below it, and the book hands its `finish` to the steps with each run), runs the loop under its
+garbage-collector settings, and builds the providers.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
-import simpy
 
-from sim.engine.event_calls import EventCalls
+from sim.engine.event_calls import CallMaker
 from sim.engine.event_runs import RunBook
-from sim.engine.event_steps import EventSteps
-from sim.model.provider import Call, Environment, Provider, Serving
-from sim.model.rows import Action, Records, Run
+from sim.engine.event_steps import StepRunner
+from sim.engine.kernel import Environment
+from sim.engine.provider import Provider, Serving
+from sim.model.rows import Action, Call, Records, Run
 from sim.model.streams import CallDrawBank, Streams
 from sim.plan import Plan
 from sim.policy.controls import Controls
@@ -52,7 +52,7 @@ def fewer_collections() -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-class Simulation(RunBook, EventSteps, EventCalls):
+class Simulation:
     """One policy of a plan, in its own simpy Environment."""
 
     def __init__(
@@ -64,34 +64,36 @@ class Simulation(RunBook, EventSteps, EventCalls):
         deadline_s: float | None = None,
         rules: DeadlineRules | None = None,
     ) -> None:
-        self.env = Environment()
+        self.env = env = Environment()
         self.plan = plan
         self.policy = policy
         self.bank = bank
         self.streams = streams
-        self.deadline_s = plan.deadline_s if deadline_s is None else deadline_s
         self.workflow = plan.workflow
-        self.latencies = plan.latencies
-        self.providers = build_providers(self.env, plan, streams)
-        self.runs: list[Run] = []
-        self.calls: list[Call] = []
-        self.actions: list[Action] = []
+        self.deadline_s = plan.deadline_s if deadline_s is None else deadline_s
+        self.providers = build_providers(env, plan, streams)
         #: How the deadline reaches this policy's work (propagation, reserve, admission): the
         #: plan's rules of the policy (the defaults for a name it does not have).
         if rules is None:
             known = plan.policies.get(policy.name)
             rules = known.rules if known is not None else DeadlineRules(True, plan.reserve_s)
         self.rules = rules
-        self.model_quality = plan.model_quality
-        self._setup_calls(plan, streams, bank)
-        self._setup_steps(policy)
-        self._setup_runs(plan)
         #: The policy's load-aware controls (None: off, and the plain call path is used).
         self.controls: Controls | None = None
         if policy.controls is not None:
-            self.controls = Controls(self.env, policy.controls, list(self.providers), self.workflow)
-
-    # ------------------------------------------------------------------ driving
+            self.controls = Controls(env, policy.controls, list(self.providers), plan.workflow)
+        controls = self.controls
+        #: The parts, each given what it uses (none refers back to this object: no cycle).
+        self.maker = CallMaker(
+            env, plan, bank, streams, self.providers, controls, policy.watches_flights
+        )
+        attempt = self.maker.attempt if controls is None else self.maker.controlled
+        self.steps = StepRunner(env, plan, policy, bank, rules, controls, attempt, self.deadline_s)
+        self.book = RunBook(env, plan, bank, streams, self.deadline_s, rules, controls, self.steps)
+        #: The records, filled by the parts (the streaming tally trims them in place).
+        self.runs: list[Run] = self.book.runs
+        self.calls: list[Call] = self.maker.calls
+        self.actions: list[Action] = self.steps.actions
 
     def run(
         self,
@@ -103,25 +105,14 @@ class Simulation(RunBook, EventSteps, EventCalls):
 
         `stop` is asked every few thousand events; when it says yes the run ends with
         KeyboardInterrupt between two events, never inside simpy's own bookkeeping."""
-        self.env.process(self._arrivals(arrivals, progress))
+        self.env.process(self.book.arrivals(arrivals, progress))
         with fewer_collections():
             if stop is None:
                 self.env.run()
             else:
-                self._run_until_stopped(stop)
+                self.env.run_checking(stop)
         open_s = self.controls.breaker_open_s(self.env.now) if self.controls is not None else 0.0
         return Records(self.policy.name, self.runs, self.calls, open_s, self.actions)
-
-    def _run_until_stopped(self, stop: Callable[[], bool], every: int = 4096) -> None:
-        step = self.env.step
-        try:
-            while True:
-                for _ in range(every):
-                    step()
-                if stop():
-                    raise KeyboardInterrupt
-        except simpy.core.EmptySchedule:
-            return
 
 
 def build_providers(env: Environment, plan: Plan, streams: Streams) -> dict[str, Provider]:

@@ -37,15 +37,16 @@ from sim.analysis.metrics import (
     requests_frame,
 )
 from sim.engine.simulation import Simulation
-from sim.model.provider import (
+from sim.model.rows import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
+    Action,
+    Records,
 )
-from sim.model.rows import Action, Records
 from sim.policy.actions import action_counts, actions_frame
 from sim.policy.deadlines import BUDGETS
 

@@ -6,7 +6,7 @@ the `outcome`, `ended_by` and end-kind columns, `CallArrays` (every call as colu
 (one `_Chunk` per call slot and set of requests) and `VectorCalls`, the part of
 `sim.engine.vectorized.VectorizedSimulation` that records a slot's calls and finishes them:
 every cancellation applied (deadline, race or hedge loser, a run failed by another branch),
-what ended each call named, and each call billed as `Provider.call` bills it. A call of a
+what ended each call named, and each call billed as `event_calls.serve` bills it. A call of a
 provider whose client acts on its own (SDK retries, its timeout, overhead:
 `sim.engine.vector_client`) is a `ClientChunk`, settled by `_settle_client` (its overhead's
 after part kept apart). It also holds `UnsupportedError`, which every part of the vectorized
@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.model.hardness import Hardness
 from sim.model.latency import ERROR, INVALID, OK
-from sim.model.provider import (
+from sim.model.rows import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
     OUTCOME_INVALID,
@@ -296,7 +296,7 @@ class VectorCalls:
     ) -> tuple[CallArrays, np.ndarray]:
         """Apply every cancellation (deadline, race loser, hedge loser, a run failed by another
         branch), name what ended each call early (its `ended_by`, as the event engine's
-        interrupt causes and policy cuts do) and bill each call as `Provider.call` does (with
+        interrupt causes and policy cuts do) and bill each call as `event_calls.serve` does (with
         the deadline propagated, which qualifying requires). Also return the requests whose
         failure coincides with an event of another branch (a call ending or starting at that
         very instant, a client's call freeing its slot or its sleep ending then): which came
@@ -400,7 +400,7 @@ class VectorCalls:
     ) -> dict[str, np.ndarray]:
         """`_settle` for a client's calls (`ClientChunk` fields): a cut by the client's timeout
         is `ended_by` sdk; a call cancelled or cut in its overhead's after part, the provider
-        done with it, is billed as served and keeps its first token (as `Provider._late`)."""
+        done with it, is billed as served and keeps its first token (as `event_calls._late`)."""
         start, natural, served, kind = raw["start"], raw["natural"], raw["served"], raw["kind"]
         drawn, cancel_at, late = raw["drawn"], raw["cancel_at"], raw["late"]
         by_deadline = cancel_at == raw["deadline"]  # else a loser's (before its deadline)

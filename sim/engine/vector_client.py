@@ -3,7 +3,7 @@
 `VectorClient` is the part of `sim.engine.vectorized.VectorizedSimulation` that lives a policy
 attempt on a provider whose client acts on its own (`providers.P.sdk`: hidden retries, its
 per-attempt `timeout_s`; `overhead_s`: client time around each call) as the event engine does
-with a free slot (`EventCalls._call` and `_sdk_retries`, `Provider.call` and `Provider._late`):
+with a free slot (`CallMaker.call` and its SDK retries, `event_calls.serve`):
 each call from its own draws (SDK retry j reads its own block) and its own overhead (the
 'overhead' stream; the held share before the first token, the rest after the slot is freed),
 cut at the policy's cut or, sooner, the client's timeout (`ended_by` sdk); after a hard error or
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.engine.kernel import SAME_INSTANT as _SAME_INSTANT
 from sim.engine.vector_calls import (
     DRAWN_OUTCOME,
     K_CUT,
@@ -48,7 +49,6 @@ from sim.model.backoff import sdk_wait
 from sim.model.config import BackoffSpec, ProviderSpec, SdkSpec
 from sim.model.hardness import Hardness
 from sim.model.latency import OK, Distribution, build_distribution
-from sim.model.provider import _SAME_INSTANT
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
 from sim.policy.plans import Attempt
@@ -157,7 +157,7 @@ class VectorClient:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, ClientLife]:
         """One policy attempt on a client's provider, uninterrupted: (when the policy sees it
         end, kind (unused: its calls carry theirs), its outcome code (its last call's), its
-        life). As `EventCalls._call` and `_sdk_retries`, with `deadline` for the time left."""
+        life). As `CallMaker.call` and its SDK retries, with `deadline` for the time left."""
         client = self._clients[plan.provider]
         m, give_up, timeout = len(rows), plan.give_up_after, client.timeout
         cut, by_sdk = (math.inf if give_up is None else give_up), False
@@ -218,8 +218,8 @@ class VectorClient:
         sdk: int,
     ) -> ClientCall:
         """One call of a client's attempt (its SDK retry `sdk`) sent at `start`, cut `cut`
-        seconds after it (inf: never), lived uninterrupted as `Provider.call` with a free slot
-        and, for its overhead's after part, `Provider._late`."""
+        seconds after it (inf: never), lived uninterrupted as `event_calls.serve` with a free slot
+        and, for its overhead's after part, `event_calls._late`."""
         client = self._clients[plan.provider]
         ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows, sdk)
         overhead = np.zeros(len(rows))

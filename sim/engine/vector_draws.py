@@ -5,7 +5,7 @@ bank's uniforms (`CallDrawBank.uniforms`, the same named streams as the event en
 slot's first token, generation, stall and drawn outcome for a set of requests, transformed as
 `CallLatency.draw` does and checked against it on the first rows of every slot (a changed law
 must not go unseen), with a hard request's junk and longer answer; and then that slot's
-uninterrupted life as `Provider.call` lives it with a free slot: its natural end, or its cut at
+uninterrupted life as `event_calls.serve` lives it with a free slot: its natural end, or its cut at
 the policy's give-up. What cancels it and how it is billed is `sim.engine.vector_calls`; an
 attempt on a provider whose client acts on its own (SDK retries, its timeout, overhead) is lived
 by `sim.engine.vector_client` from the same draws (`sdk` > 0: the SDK retry's own block).
@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import ndtri
 
+from sim.engine.kernel import SAME_INSTANT as _SAME_INSTANT
 from sim.engine.vector_calls import (
     DRAWN_OUTCOME,
     K_CUT,
@@ -42,7 +43,6 @@ from sim.model.latency import (
     Distribution,
     LogNormal,
 )
-from sim.model.provider import _SAME_INSTANT
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
 from sim.policy.plans import Attempt
@@ -181,7 +181,7 @@ class VectorDraws:
         deadline: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, object]:
         """One policy attempt started at `start`, uninterrupted: on a plain provider one call
-        (as `Provider.call` with a free slot): (natural end, kind, outcome code, (drawn, ttft,
+        (as `event_calls.serve` with a free slot): (natural end, kind, outcome code, (drawn, ttft,
         generating) for billing); on a provider whose client acts on its own, its calls and
         sleeps (`VectorClient._client_attempt`, which reads the runs' `deadline`)."""
         if plan.provider in self._clients:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from sim.analysis.metrics import CALL_COLUMNS, REQUEST_COLUMNS
 from sim.engine.vector_calls import O_OK, CallArrays
-from sim.model.provider import OUTCOMES
+from sim.model.rows import OUTCOMES
 from sim.plan import Plan
 from sim.policy.deadlines import ENDED_BY
 

@@ -6,7 +6,7 @@ at a time, from the same named random streams as the event engine (`CallDrawBank
 Its tables have the columns of `sim.analysis.metrics`, and on a qualifying scenario they equal
 the event engine's per request up to float rounding. `sim.engine.qualify` says when it may run.
 
-The rules reproduced from `sim.engine.simulation`, `sim.model.provider` and `sim.policy.kinds`
+The rules reproduced from `sim.engine.simulation`, `sim.engine.event_calls` and `sim.policy.kinds`
 (see each part's docstrings): a call ending exactly at the deadline is cancelled by it; race
 attempts ending at the same instant as the winner complete normally; a hedge timer and a call
 ending together are seen together; a step failing a run cancels every call of the run still in
@@ -31,8 +31,7 @@ from sim.engine.vector_calls import CallArrays, CallLog, UnsupportedError, Vecto
 from sim.engine.vector_client import Client, VectorClient
 from sim.engine.vector_draws import VectorDraws
 from sim.engine.vector_steps import S_DEADLINE, S_FAILED, S_NONE, S_OK, VectorSteps
-from sim.model.provider import OUTCOMES, Call
-from sim.model.rows import FAIL_DEADLINE
+from sim.model.rows import FAIL_DEADLINE, OUTCOMES, Call
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
 from sim.plan import Plan

@@ -1,22 +1,37 @@
 """The row types the engines write and the analysis reads: a run, its calls, a tool's actions.
 
 A `Run` is one send of one customer request (re-sends are new runs) and becomes one row of
-requests.parquet; a `Call` (in `sim.model.provider`, where a call's life is written) one row of
-calls.parquet; an `Action` one row of actions.parquet. `Records` is what one simulation of one
-policy produced. They live at the floor so that the engines (which fill them) and the analysis
-(which turns them into tables) both import them from below.
+requests.parquet; a `Call` (its outcome one of `OUTCOMES`) one row of calls.parquet; an
+`Action` one row of actions.parquet. `Records` is what one simulation of one policy produced.
+They live at the floor so that the engines (which fill them), the policies (which read a
+call's outcome) and the analysis (which turns them into tables) all import them from below.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import simpy
-
-from sim.model.provider import Call
 from sim.model.workflow import Workflow
+
+# Outcomes of a call (the `outcome` column).
+OUTCOME_OK = "ok"
+OUTCOME_INVALID = "invalid"
+OUTCOME_ERROR = "error"
+OUTCOME_TIMEOUT = "timeout"
+OUTCOME_CANCELLED = "cancelled"
+OUTCOME_RATE_LIMITED = "rate_limited"
+OUTCOME_TRUNCATED = "truncated"  # cut at the step's max_tokens: invalid, caught for free
+OUTCOMES = (
+    OUTCOME_OK,
+    OUTCOME_INVALID,
+    OUTCOME_ERROR,
+    OUTCOME_TIMEOUT,
+    OUTCOME_CANCELLED,
+    OUTCOME_RATE_LIMITED,
+    OUTCOME_TRUNCATED,
+)
 
 #: `fail_reason` of a run still going at its deadline.
 FAIL_DEADLINE = "deadline"
@@ -35,6 +50,42 @@ CONFIRMED = "confirmed"  # the remote's confirmation reached the workflow
 FAILED = "failed"  # the remote refused it (transient error): nothing was committed
 UNKNOWN = "unknown"  # the workflow stopped waiting after the submit: to be reconciled
 STATES = (PLANNED, SUBMITTED, CONFIRMED, FAILED, UNKNOWN)
+
+
+@dataclass(slots=True)
+class Call:
+    """One LLM call, filled in as it lives; becomes one row of calls.parquet."""
+
+    run: Any  # the engine's Run this call belongs to
+    step: str
+    attempt: int
+    provider: str
+    model: str
+    start: float
+    input_tokens: int  # tokens asked for; the billed counts are set when the call ends
+    output_tokens: int
+    queue: float = math.nan
+    ttft: float = math.nan
+    end: float = math.nan
+    outcome: str = ""
+    billed_input: int = 0
+    billed_output: int = 0
+    cost: float = 0.0
+    retry_after: float = math.nan  # a 429's Retry-After as the provider sends it, seconds
+    retry_after_ms: float = math.nan  # a 429's retry-after-ms (if the provider sends it), s
+    overhead: float = 0.0  # client, HTTP and event-loop seconds of this call (overhead_s)
+    quota_tokens: int = 0  # tokens the provider's TPM quota took at admission (0 for a 429)
+    sdk_retry: int = 0  # 0: the policy's call; j: the SDK's j-th retry of it
+    reserved: int = 0  # the answer's token cap (what a `charge: max_tokens` quota takes)
+    spell_u: float = 1.0  # the call's uniform for a bad spell's extra hard error
+    valid: bool = True  # False: an invalid answer the step's validator let through (outcome ok)
+    ended_by: str = ""  # the budget or event that ended it early ("" if it ended on its own)
+
+
+class Clock(Protocol):
+    """What a run reads of the engine's clock when it starts: the simulated time."""
+
+    now: float
 
 
 @dataclass(slots=True)
@@ -93,7 +144,7 @@ class Run:
     )
 
     def __init__(
-        self, env: simpy.Environment, workflow: Workflow, index: int, resend: int, deadline_s: float
+        self, env: Clock, workflow: Workflow, index: int, resend: int, deadline_s: float
     ) -> None:
         self.index = index
         self.resend = resend
@@ -109,7 +160,8 @@ class Run:
         self.cost = 0.0
         self.tokens = 0
         self.calls = 0
-        self.active: set[simpy.Process] = set()
+        #: The engine's processes of this run's calls in flight (what its end cancels).
+        self.active: set[Any] = set()
         self.edge_done = False  # the edge answered (failed) while its work runs on (orphan)
         self.given_up_at = math.inf  # when the edge gave up (deadline, disconnect)
         self.first_signal = math.nan  # arrival to the first token of a first step's answer

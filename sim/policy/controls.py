@@ -17,7 +17,7 @@ from collections import deque
 import simpy
 
 from sim.model.config import AimdSpec, BreakerSpec, ControlsSpec, HedgeCapSpec, RetryBudgetSpec
-from sim.model.provider import OUTCOME_CANCELLED, OUTCOME_OK, OUTCOME_RATE_LIMITED, Call
+from sim.model.rows import OUTCOME_CANCELLED, OUTCOME_OK, OUTCOME_RATE_LIMITED, Call
 from sim.model.workflow import Workflow
 
 #: Outcome of an attempt refused at the client because its provider's breaker is open (no call

@@ -18,7 +18,7 @@ import simpy
 
 from sim.model.backoff import retry_wait
 from sim.model.config import BackoffSpec
-from sim.model.provider import (
+from sim.model.rows import (
     OUTCOME_INVALID,
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import simpy
 
 from sim.model.config import ControlsSpec
-from sim.model.provider import Call
+from sim.model.rows import Call
 from sim.model.workflow import Step
 
 StepGenerator = Generator[simpy.Event, Any, bool]

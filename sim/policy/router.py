@@ -56,7 +56,7 @@ from sim.model.config.router import (
     MAX_RETRY_DELAY_S,
     DeploymentSpec,
 )
-from sim.model.provider import (
+from sim.model.rows import (
     OUTCOME_ERROR,
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,

@@ -14,8 +14,7 @@ import numpy as np
 
 from sim.engine.simulation import Simulation
 from sim.model.arrivals import arrival_times
-from sim.model.provider import OUTCOME_OK
-from sim.model.rows import CONFIRMED
+from sim.model.rows import CONFIRMED, OUTCOME_OK
 from sim.model.streams import CallDrawBank, Streams
 from sim.plan import FIRST_TOKEN, PILOT, Measured, Plan, needs_pilot, pilot_plan, resolve
 

@@ -18,11 +18,13 @@ import simpy
 
 from sim.calibration.synth import calls_to_log
 from sim.engine.choice import vectorized_tables
+from sim.engine.event_calls import serve
+from sim.engine.provider import Provider, Serving
 from sim.model.backoff import retry_wait, sdk_wait
 from sim.model.config import ProviderSpec, SdkSpec
 from sim.model.errors import ScenarioError
 from sim.model.latency import OK, CallDraws, CallLatency, Constant
-from sim.model.provider import Call, Provider, Serving
+from sim.model.rows import Call
 from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.plan import compile_scenario
@@ -416,7 +418,7 @@ class Bench:
             call = Call(None, name, 0, "p", "m", self.env.now, 1000, 100)
             call.overhead = 0.2
             self.calls[name] = call
-            yield from self.provider.call(call, 1.0, 1.0, 0.0, OK, give_up_after)
+            yield from serve(self.provider, call, 1.0, 1.0, 0.0, OK, give_up_after)
 
         return self.env.process(life())
 

@@ -13,7 +13,7 @@ import pytest
 
 import sim
 from sim.model.config import Scenario
-from sim.model.provider import OUTCOMES
+from sim.model.rows import OUTCOMES
 from tests.engine.test_engine import random_first_token_scenario
 from tests.helpers import build, serving, step
 

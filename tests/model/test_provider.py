@@ -1,5 +1,5 @@
-"""sim.model.provider: a call's life on a tiny simpy environment (slots, 429s, cuts, cancels,
-bills)."""
+"""sim.engine.event_calls.serve: a call's life on a tiny simpy environment (slots, 429s, cuts,
+cancels, bills)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 import simpy
 
+from sim.engine.event_calls import serve
+from sim.engine.kernel import Environment, Slots
+from sim.engine.provider import Provider, Serving
 from sim.model.config import ProviderSpec
 from sim.model.latency import ERROR, INVALID, OK, CallLatency, Constant
-from sim.model.provider import Call, Environment, Provider, Serving, Slots
+from sim.model.rows import Call
 
 PRICE_IN, PRICE_OUT = 1e-6, 2e-6  # USD per token
 IN_TOKENS, OUT_TOKENS = 1000, 100
@@ -68,7 +71,7 @@ class Bench:
             yield self.env.timeout(at)
             call = Call(None, name, 0, "p", "m", self.env.now, IN_TOKENS, OUT_TOKENS)
             self.calls[name] = call
-            yield from self.provider.call(call, ttft, generation, stall, drawn, give_up_after)
+            yield from serve(self.provider, call, ttft, generation, stall, drawn, give_up_after)
 
         self.processes[name] = self.env.process(life())
 
@@ -363,7 +366,7 @@ class _ResourceSlots:
 
 
 class _PoolSlots:
-    """`sim.model.provider.Slots` behind the same interface."""
+    """`sim.engine.kernel.Slots` behind the same interface."""
 
     def __init__(self, env: simpy.Environment, capacity: int) -> None:
         self.slots = Slots(env, capacity)

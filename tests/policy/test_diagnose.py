@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.model.provider import OUTCOME_TRUNCATED
+from sim.model.rows import OUTCOME_TRUNCATED
 from tests.helpers import ScriptedBank, build, error, invalid, ok, serving, simulate, step, timeline
 
 ADAPTIVE = {

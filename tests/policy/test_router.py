@@ -26,7 +26,7 @@ import simpy
 
 from sim.model.config import RouterPolicy
 from sim.model.errors import ScenarioError
-from sim.model.provider import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_RATE_LIMITED, Call
+from sim.model.rows import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_RATE_LIMITED, Call
 from sim.model.scenario import scenario_from_dict
 from sim.plan import compile_scenario
 from sim.policy.plans import Attempt

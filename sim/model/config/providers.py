@@ -3,7 +3,8 @@
 Owns the latency quantities (`DistSpec`, the lognormal `{median, p99}` pair), stalls, a client's
 backoff and its SDK's own retries, load slowdown and bad spells, a provider's quotas and the
 models it serves, and each model's prices, quality and behaviour on hard requests. Turned into
-laws and queues by `sim.model.latency`, `sim.model.provider` and `sim.model.conditions`.
+laws and queues by `sim.model.latency`, `sim.model.conditions` and the event engine's
+`sim.engine.provider`.
 """
 
 from __future__ import annotations

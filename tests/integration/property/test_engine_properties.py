@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import sim
 from sim.model.config import Scenario
-from sim.model.provider import OUTCOMES
+from sim.model.rows import OUTCOMES
 from sim.model.scenario import scenario_from_dict
 from sim.study.result import RunResult
 
@@ -420,7 +420,8 @@ def test_same_seed_same_numbers(scenario: Scenario, n: int, seed: int) -> None:
 def test_a_call_granted_its_slot_at_its_give_up_time_ends_cleanly() -> None:
     """Two attempts queued on one slot with the same give-up time: when the first is cut, the
     second gets the slot at the very instant it gives up, and must end 'timeout', not crash the
-    simulation with a negative delay (found by the properties above; see Provider.call)."""
+    simulation with a negative delay (found by the properties above; see
+    sim.engine.event_calls.serve)."""
     scenario = build(
         [{"id": "a", "model": "m", "input_tokens": 100, "output_tokens": 100}],
         {
