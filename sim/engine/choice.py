@@ -21,8 +21,10 @@ from sim.engine.vectorized import simulate
 from sim.model.errors import ScenarioError
 from sim.model.streams import CallDrawBank, Streams
 from sim.plan import Plan
-from sim.policy.kinds import Hedge, PerStep, Race, Sequential
+from sim.policy.kinds.per_step import single_policy
 from sim.policy.plans import Policy
+
+__all__ = ["single_policy", "vectorized_in_chunks", "vectorized_tables"]
 
 ENGINES = ("auto", "des", "vectorized")
 #: Requests per chunk when the vectorized engine runs in constant memory (~250 MB at peak).
@@ -131,35 +133,3 @@ def _chunks(
             part.calls["request_id"] += first
         feed(part, horizon)
     return watch.finish()
-
-
-def single_policy(policy: Policy) -> Policy:
-    """A per-step policy whose steps all run the same class with the same settings (a cutoff
-    resolved to different seconds per step makes one) as one policy of that class with every
-    step's plans; anything else as it is."""
-    if not isinstance(policy, PerStep):
-        return policy
-    flat = _merged(policy)
-    if flat is not policy:
-        flat.controls = policy.controls
-    return flat
-
-
-def _merged(policy: PerStep) -> Policy:
-    """`single_policy` of a PerStep (without its controls)."""
-    members = list(dict.fromkeys(policy.by_step.values()))
-    kinds = {type(m) for m in members}
-    if len(kinds) != 1:
-        return policy
-    kind, first = kinds.pop(), members[0]
-    if kind is Sequential and all(m.backoff == first.backoff for m in members):  # type: ignore[attr-defined]
-        plans = {s: m.plans[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
-        return Sequential(policy.name, plans, first.backoff)  # type: ignore[attr-defined]
-    if kind is Race and all(m.backoff == first.backoff for m in members):  # type: ignore[attr-defined]
-        rounds = {s: m.rounds[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
-        return Race(policy.name, rounds, first.backoff)  # type: ignore[attr-defined]
-    if kind is Hedge:
-        plans = {s: m.plans[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
-        after = {s: m.after[s] for s, m in policy.by_step.items()}  # type: ignore[attr-defined]
-        return Hedge(policy.name, plans, after)
-    return policy

@@ -1,10 +1,12 @@
 """The vectorized engine's policies: one step for many requests, attempt by attempt.
 
 `VectorSteps` is the part of `sim.engine.vectorized.VectorizedSimulation` that runs one step of
-the workflow for every request that reached it, under the policy (`sim.policy.kinds`):
-`Sequential` (wait, cut, downshift: attempts one after another), `Race` (rounds of attempts
-started together, the first valid answer wins) and `Hedge` (a further attempt each time a timer
-fires, wake-up by wake-up). Each attempt is a call slot lived uninterrupted
+the workflow for every request that reached it, under the policy: the policy's vectorized twin
+(`run_vector`, in its kind's module of `sim.policy.kinds`) picks one of three ways through this
+handle (`sim.policy.vector.VectorRun`):
+`in_turn` (wait, cut, downshift: attempts one after another), `in_rounds` (rounds of attempts
+started together, the first valid answer wins) and `on_timer` (a further attempt each time a
+timer fires, wake-up by wake-up). Each attempt is a call slot lived uninterrupted
 (`VectorDraws._attempt`; on a provider whose client acts on its own, its calls and sleeps:
 `sim.engine.vector_client`); the policy decides who wins, who is cancelled and when (a loser,
 the deadline), logs the slot's calls with those cancellations (`VectorCalls._log`), and returns
@@ -21,7 +23,6 @@ import numpy as np
 
 from sim.engine.vector_calls import O_OK, put_masked
 from sim.model.workflow import Step
-from sim.policy.kinds import Hedge, Race, Sequential
 from sim.policy.plans import Attempt, Policy
 
 # Step states per request.
@@ -61,15 +62,29 @@ class VectorSteps:
     def _step(
         self, step: Step, rows: np.ndarray, start: np.ndarray, deadline: np.ndarray
     ) -> _StepResult:
-        policy = self.policy
-        if isinstance(policy, Sequential):
-            return self._sequential(step, policy.plans[step.id], rows, start, deadline)
-        if isinstance(policy, Race):
-            return self._race(step, policy.rounds[step.id], rows, start, deadline)
-        assert isinstance(policy, Hedge)
-        return self._hedge(
-            step, policy.plans[step.id], policy.after[step.id], rows, start, deadline
-        )
+        return self.policy.run_vector(self, step, rows, start, deadline)
+
+    # The ways to run attempts a kind's vectorized twin picks from (`sim.policy.vector`).
+    def in_turn(
+        self, step: Step, plans: list[Attempt], rows: np.ndarray, start: np.ndarray,
+        deadline: np.ndarray,
+    ) -> _StepResult:  # fmt: skip
+        """One attempt at a time (wait, cut, downshift)."""
+        return self._sequential(step, plans, rows, start, deadline)
+
+    def in_rounds(
+        self, step: Step, rounds: list[list[Attempt]], rows: np.ndarray, start: np.ndarray,
+        deadline: np.ndarray,
+    ) -> _StepResult:  # fmt: skip
+        """Rounds of attempts started together (race)."""
+        return self._race(step, rounds, rows, start, deadline)
+
+    def on_timer(
+        self, step: Step, plans: list[Attempt], after: float, rows: np.ndarray,
+        start: np.ndarray, deadline: np.ndarray,
+    ) -> _StepResult:  # fmt: skip
+        """A further attempt each time a timer fires (hedge)."""
+        return self._hedge(step, plans, after, rows, start, deadline)
 
     def _sequential(
         self,

@@ -36,7 +36,6 @@ from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
 from sim.plan import Plan
 from sim.policy.deadlines import ENDED_BY
-from sim.policy.kinds import Hedge, Race, Sequential
 from sim.policy.plans import Policy
 
 
@@ -50,7 +49,7 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorClient, VectorCalls):
         bank: CallDrawBank,
         deadline_s: float | None = None,
     ) -> None:
-        if type(policy) not in (Sequential, Race, Hedge):
+        if not policy.has_twin():
             raise UnsupportedError(f"policy class {type(policy).__name__} is not vectorized")
         self.plan = plan
         self.policy = policy

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sim.model.config import PerStepPolicy, PlainPolicy, Scenario, plain_spec
+from sim.model.config import PlainPolicy, Scenario, plain_spec
 from sim.model.latency import CallLatency
 from sim.model.scenario import absolute_files, with_overrides
 from sim.model.thresholds import expected_of, percentile_of
@@ -28,8 +28,8 @@ from sim.plan.features import (
 )
 from sim.plan.plan import ModelPlan, Plan, PolicyPlan, ProviderPlan, ServingPlan
 from sim.plan.resolve import needs_pilot, resolve
-from sim.policy.build import calls_at_once
 from sim.policy.deadlines import DeadlineRules
+from sim.policy.kinds import kind_of
 from sim.policy.routes import Routes
 
 
@@ -127,11 +127,11 @@ def _policy(scenario: Scenario, name: str, shared: list, after: list) -> PolicyP
     )
     features = (*shared, *spec_features(spec, f"policies.{name}"), *after)
     controls = next(iter(written.values())).controls if written else None
-    kind = "per_step" if isinstance(spec, PerStepPolicy) else spec.kind
+    kind = kind_of(spec)
     return PolicyPlan(
-        name, kind, written, written, rules, {}, controls, features,
-        calls_per_step=float(calls_at_once(spec) if kind != "draft" else 1),
-        weight=sum(calls_at_once(s) for s in written.values()),
+        name, kind.name, written, written, rules, {}, controls, features,
+        calls_per_step=float(kind.calls_per_step(spec)),
+        weight=sum(kind_of(s).calls_at_once(s) for s in written.values()),
     )  # fmt: skip
 
 

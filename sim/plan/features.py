@@ -3,8 +3,10 @@
 The compiler walks the scenario (but its policies, sweep and SLO) and the policy as written,
 and every format field set away from its default names a feature (`FIELD_FEATURES`) or is
 neutral (its value is walked in turn); an instance of a class in `CLASS_FEATURES` is a feature
-wherever it appears. Then the policy itself: its kind's runtime, customer re-sends, and its
-serving paths' laws. An engine lists the features it implements (`sim.engine.choice`); a
+wherever it appears; a policy kind with a vectorized twin declares its spec's own fields
+(`vector_fields`, `sim.policy.kinds`), any other kind is a feature itself. Then the policy
+itself: its kind's runtime, customer re-sends, and its serving paths' laws. An engine lists the
+features it implements (`sim.engine.choice`); a
 policy whose features it lacks runs on the event engine, which implements them all, and the
 first missing one is the reason the `engine:` line gives.
 
@@ -24,23 +26,18 @@ from sim.model.config import (
     BillingSpec,
     CustomerRetrySpec,
     CustomersSpec,
-    CutPolicy,
     DistSpec,
-    DownshiftPolicy,
     HardnessSpec,
-    HedgePolicy,
     LengthSpec,
     ModelSpec,
     PilotSpec,
     PolicyBase,
     PriceSpec,
     ProviderSpec,
-    RacePolicy,
     Scenario,
     ServingSpec,
     StallSpec,
     StepSpec,
-    WaitPolicy,
     WhenHardSpec,
     WorkflowSpec,
 )
@@ -53,6 +50,7 @@ from sim.model.latency import (
     build_distribution,
 )
 from sim.plan.plan import Feature
+from sim.policy.kinds import KINDS, kind_of
 
 #: A field whose value is walked for features of its own (or that changes nothing an engine
 #: does, when it holds no spec).
@@ -120,33 +118,24 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
     (StepSpec, "attempt_budget_s"): "budget.attempt",
     (PilotSpec, "requests"): NEUTRAL,
     (BillingSpec, "cancelled"): NEUTRAL,
-    # the policy as written: what every kind shares, then each vectorizable kind's own fields
+    # the policy as written: what every kind shares (each vectorizable kind's own fields below)
     (PolicyBase, "steps"): "policy.per_step",
     (PolicyBase, "controls"): "policy.controls",
     (PolicyBase, "propagate_deadline"): "deadline.no_propagation",
     (PolicyBase, "admission"): "deadline.admission",
-    **_neutral(WaitPolicy, "kind", "timeout_s", "retries", "providers"),
-    (WaitPolicy, "backoff"): "policy.backoff",
-    **_neutral(CutPolicy, "kind", "cutoff", "retries", "providers"),
-    (CutPolicy, "backoff"): "policy.backoff",
-    **_neutral(RacePolicy, "kind", "attempts", "providers", "retries", "timeout_s"),
-    (RacePolicy, "backoff"): "policy.backoff",
-    **_neutral(HedgePolicy, "kind", "after", "providers", "hedges"),
-    **_neutral(DownshiftPolicy, "kind", "cutoff", "to", "retries", "providers"),
-    (DownshiftPolicy, "backoff"): "policy.backoff",
 }  # fmt: skip
+FIELD_FEATURES.update(
+    {(kind.spec, field): feature for kind in KINDS.values() if kind.vector_fields is not None
+     for field, feature in kind.vector_fields.items()}
+)  # fmt: skip
 #: Format classes that are a feature wherever an instance appears (every other policy kind's
 #: spec names its kind: `kind.<name>`, see `policy_features`).
 CLASS_FEATURES: dict[type[BaseModel], str] = {LengthSpec: "step.length_law"}
-#: Policy spec classes whose own fields are walked (the kinds the tables above classify).
-WALKED_KINDS = (WaitPolicy, CutPolicy, RacePolicy, HedgePolicy, DownshiftPolicy)
+#: Policy spec classes whose own fields are walked (the kinds with a vectorized twin, whose
+#: `vector_fields` the table above holds).
+WALKED_KINDS = tuple(k.spec for k in KINDS.values() if k.vector_fields is not None)
 #: Scenario fields not walked: the policies (only the one being run matters), sweep and SLO.
 NOT_WALKED = frozenset({"policies", "sweep", "slo"})
-#: Why a router runs on the event engine only (its feature's reason).
-ROUTER_REASON = (
-    "kind router shares state between requests (cooldowns, least-busy counts, latencies, "
-    "usage per minute): the event engine runs it"
-)
 #: The latency laws' distribution classes; any other is the feature `latency.<class>`.
 KNOWN_LAWS = (LogNormal, Exponential, Constant, Empirical)
 
@@ -172,13 +161,9 @@ def spec_features(spec: BaseModel, path: str) -> list[Feature]:
     """The features of a policy spec as written (under key path `path`)."""
     found: list[Feature] = []
     if not isinstance(spec, WALKED_KINDS):
-        kind = getattr(spec, "kind", type(spec).__name__)
-        reason = (
-            ROUTER_REASON
-            if kind == "router"
-            else f"{path} is a {type(spec).__name__}, unknown to it"
-        )
-        found.append(Feature(f"kind.{kind}", reason))
+        kind = kind_of(spec)
+        reason = kind.no_twin_reason or f"{path} is a {type(spec).__name__}, unknown to it"
+        found.append(Feature(f"kind.{kind.name}", reason))
     for name in type(spec).model_fields:
         if isinstance(spec, WALKED_KINDS) or (PolicyBase, name) in FIELD_FEATURES:
             _walk_field(spec, name, f"{path}.{name}", found)

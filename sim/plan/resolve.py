@@ -21,12 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from sim.model.config import THRESHOLD_FIELDS, AdaptivePolicy, PlainPolicy, WaitPolicy
+from sim.model.config import THRESHOLD_FIELDS, PlainPolicy
 from sim.model.errors import ScenarioError, format_path
 from sim.model.thresholds import expected_of, percentile_of, seconds_of
 from sim.model.workflow import Workflow
 from sim.plan.plan import FIRST_TOKEN, Measured, Plan, PolicyPlan
 from sim.policy.deadlines import DeadlineRules
+from sim.policy.kinds import kind_of
+from sim.policy.kinds.sequential import plain_wait
 
 #: The pilot's policy name.
 PILOT = "pilot"
@@ -42,7 +44,7 @@ def needs_pilot(plan: Plan) -> bool:
         for step, spec in policy.written.items():
             if step in tools:
                 continue
-            if isinstance(spec, AdaptivePolicy) and spec.reserve_s is None:
+            if kind_of(spec).reserve_from_pilot(spec):
                 return True
             for name in THRESHOLD_FIELDS.get(type(spec), ()):
                 value = getattr(spec, name)
@@ -73,10 +75,10 @@ def pilot_plan(plan: Plan) -> Plan:
         replace(s, budget_s=math.inf, queue_budget_s=None, attempt_budget_s=None)
         for s in plan.workflow.steps
     )
-    wait = WaitPolicy(kind="wait")
+    wait = plain_wait()
     written = {s.id: wait for s in steps}
     pilot = PolicyPlan(
-        PILOT, "wait", written, written, DeadlineRules(True, 0.0, None), {}, None, (),
+        PILOT, wait.kind, written, written, DeadlineRules(True, 0.0, None), {}, None, (),
         resolved=True,
     )  # fmt: skip
     return replace(
@@ -123,7 +125,7 @@ def _resolved(
                     ],
                 )
             update[field] = seconds_of(value, sample)  # pNN, or K x pNN
-        if isinstance(spec, AdaptivePolicy) and spec.reserve_s is None:
+        if kind_of(spec).reserve_from_pilot(spec):
             update["reserve_s"] = reserve.get(step, 0.0)
         specs[step] = spec.model_copy(update=update) if update else spec
     expected = _expected(plan, policy.name, measured)

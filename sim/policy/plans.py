@@ -3,9 +3,10 @@
 A policy's route for every attempt (which provider, which model, cut after how long) is a pure
 decision made up front: an `Attempt` per attempt, or an `AdaptivePlan` / `DraftPlan` per step.
 The engine drives a `Policy` by calling its `execute` (a simpy generator) with a `StepRun`, the
-engine's handle on one step (call inline, start a parallel call, cancel one, time left). Both
-sides import these types from here: the policy kinds (`sim.policy.kinds`), their construction
-from specs (`sim.policy.build`) and the engines.
+engine's handle on one step (call inline, start a parallel call, cancel one, time left); the
+vectorized engine by `run_vector` with its handle (`sim.policy.vector.VectorRun`). Both sides
+import these types from here: the policy kinds (`sim.policy.kinds`), their construction from
+specs (`sim.policy.build`) and the engines.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class StepRun(Protocol):
 
 
 class Policy:
-    """A way to execute a step: wait, cut, race, hedge or downshift, with its attempts planned."""
+    """A way to execute a step (one kind of `sim.policy.kinds`), with its attempts planned."""
 
     name: str
     #: Load-aware controls of this policy (sim.policy.controls), None when off.
@@ -131,7 +132,27 @@ class Policy:
     #: Reads its attempts' streaming progress (`StepRun.first_token`, `projected_left`): the
     #: engine keeps each attempt's drawn times for it only when this is True.
     watches_flights: bool = False
+    #: Declares a vectorized twin (`run_vector`): the vectorized engine refuses it otherwise.
+    vectorized: bool = False
 
     def execute(self, run: StepRun) -> StepGenerator:
         """Drive one step to success (True) or failure (False)."""
         raise NotImplementedError
+
+    def has_twin(self) -> bool:
+        """True if this very class declares a vectorized twin: a subclass, which may execute
+        otherwise, does not inherit it."""
+        return bool(type(self).__dict__.get("vectorized", False))
+
+    def run_vector(
+        self, run: Any, step: Step, rows: Any, start: Any, deadline: Any
+    ) -> Any:  # pragma: no cover - the engine checks `vectorized` first
+        """The vectorized twin of `execute` for the requests `rows` at `step`, through the
+        vectorized engine's handle (`sim.policy.vector.VectorRun`)."""
+        raise NotImplementedError(f"policy class {type(self).__name__} is not vectorized")
+
+    @classmethod
+    def merge(cls, name: str, by_step: dict[str, Policy]) -> Policy | None:
+        """One policy of this class running each step as `by_step[step]` (all of this class)
+        does, or None if they cannot be one (`sim.policy.kinds.per_step.single_policy`)."""
+        return None

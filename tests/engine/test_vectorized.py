@@ -32,7 +32,7 @@ from sim.model.scenario import scenario_from_dict
 from sim.model.streams import CallDrawBank, Streams
 from sim.plan import PolicyPlan, compile_scenario, features
 from sim.policy.build import build_policy
-from sim.policy.kinds import Sequential
+from sim.policy.kinds.sequential import Sequential
 from tests.helpers import build, resolved_plan, serving, step
 
 RTOL = 1e-12

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sim
 from sim.plan import compile_scenario
-from sim.policy.kinds import PerStep
+from sim.policy.kinds.per_step import PerStep
 from tests.helpers import build, step
 from tests.policy.test_perstep import POLICIES, STEPS
 

@@ -16,7 +16,9 @@ import pytest
 from sim.model.config import CutPolicy, HedgePolicy, RacePolicy, WaitPolicy
 from sim.plan import compile_scenario
 from sim.policy.build import build_policy
-from sim.policy.kinds import Hedge, Race, Sequential
+from sim.policy.kinds.hedge import Hedge
+from sim.policy.kinds.race import Race
+from sim.policy.kinds.sequential import Sequential
 from sim.policy.plans import Attempt
 from tests.helpers import (
     BIG_IN,

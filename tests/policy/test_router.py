@@ -29,8 +29,8 @@ from sim.model.errors import ScenarioError
 from sim.model.rows import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_RATE_LIMITED, Call
 from sim.model.scenario import scenario_from_dict
 from sim.plan import compile_scenario
+from sim.policy.kinds.router import Router, header_seconds, retry_sleep, simple_shuffle
 from sim.policy.plans import Attempt
-from sim.policy.router import Router, header_seconds, retry_sleep, simple_shuffle
 from tests.helpers import REPO_ROOT
 
 EPS = 1e-9

@@ -302,7 +302,7 @@ class RouterPolicy(PolicyBase):
     """LiteLLM's Router (litellm 1.110.2 or 1.80.0): a step's model is a model group; each call
     goes to a deployment the routing strategy picks among those not cooling down; the router is
     the only retry loop (`num_retries`), then `fallbacks` to other groups; a deployment past its
-    allowed fails cools down for every request (`sim.policy.router`)."""
+    allowed fails cools down for every request (`sim.policy.kinds.router`)."""
 
     kind: Literal["router"]
     litellm_version: Literal["1.110", "1.80"] = Field(

@@ -5,7 +5,7 @@ Router does (litellm 1.110.2 or 1.80.0, `litellm_version`): its keys use LiteLLM
 they exist (`num_retries`, `retry_policy`, `fallbacks`, `allowed_fails`, ...). This module
 holds the pieces (a deployment, the per-exception retry and allowed-fails counts, the routing
 strategies) and the cross-reference checks on plain data (`router_problems`); executing it is
-`sim.policy.router`'s job. Defaults are LiteLLM's (`litellm/constants.py`).
+`sim.policy.kinds.router`'s job. Defaults are LiteLLM's (`litellm/constants.py`).
 """
 
 from __future__ import annotations

@@ -63,6 +63,8 @@ from sim.model.rows import (
     OUTCOME_TIMEOUT,
     Call,
 )
+from sim.model.workflow import Step
+from sim.policy.kinds.base import Kind
 from sim.policy.plans import Attempt, Policy, StepGenerator, StepRun
 from sim.policy.routes import Routes
 
@@ -470,3 +472,23 @@ def simple_shuffle(healthy: list[Deployment], u: float) -> Deployment:
             index = bisect.bisect(cumulative, u * cumulative[-1], 0, len(healthy) - 1)
             return healthy[index]
     return healthy[int(u * len(healthy))]
+
+
+def _build(
+    name: str,
+    spec: RouterPolicy,
+    routes: Routes,
+    steps: tuple[Step, ...],
+    seconds: dict[str, float],
+) -> Router:
+    """The Router of the spec's deployments (it plans per call, not per step)."""
+    return Router(name, spec, routes)
+
+
+ROUTER = Kind(
+    "router", RouterPolicy, _build,
+    no_twin_reason="kind router shares state between requests (cooldowns, least-busy counts, "
+    "latencies, usage per minute): the event engine runs it",
+)  # fmt: skip
+#: The kinds of this module, for the registry.
+KINDS = (ROUTER,)
