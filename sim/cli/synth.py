@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from sim.calibration.call_log import check_log_target, write_call_log
-from sim.calibration.synth import synth_calls
-from sim.cli.common import bad_input_exits, interrupt_between_events, load, out
+from sim import api
+from sim.cli.common import bad_input_exits, interrupt_between_events, out
 
 
 @click.command()
@@ -28,9 +27,8 @@ def synth(
 ) -> None:
     """Write a synthetic call log of SCENARIO's calls (one policy) to --out, as CSV."""
     with bad_input_exits():
-        _, spec = load(scenario)
-        check_log_target(out_path)
-        with interrupt_between_events():
-            log = synth_calls(spec, requests=requests, seed=seed, policy=policy)
-        write_call_log(log, out_path)
+        log = api.synth(
+            scenario, out_path, requests=requests, seed=seed, policy=policy,
+            guard=interrupt_between_events,
+        )  # fmt: skip
     out.print(f"{out_path}: {len(log)} calls", markup=False)
