@@ -19,14 +19,12 @@ from sim.api.faces import (
     scenario_slo,
     slo_table,
 )
-from sim.cli.common import bad_input_exits, err, out, policy_names
+from sim.cli.common import bad_input_exits, err, option, out, policy_names
 
 
 @click.command()
 @click.argument("scenario", required=False, type=click.Path(path_type=Path))
-@click.option(
-    "--policy", "-p", "policies", multiple=True, help="Only these policies (repeat or commas)."
-)
+@option("policies")
 @click.option(
     "--target-rel-error",
     type=click.FloatRange(min=0, min_open=True),
@@ -42,13 +40,11 @@ from sim.cli.common import bad_input_exits, err, out, policy_names
     help="Stop after this many seconds of wall time at most (checked between batches); the "
     "output then says the numbers depend on the machine.",
 )
-@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@option("seed")
 @click.option(
     "--plain", is_flag=True, help="Plain Monte Carlo instead of importance sampling (checks)."
 )
-@click.option(
-    "--engine", type=click.Choice(["auto", "des", "vectorized"]), help="Override `engine`."
-)
+@option("engine")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results folder.")
 @click.option("--no-plot", is_flag=True, help="Skip figures/nines.png.")
 def nines(

@@ -15,7 +15,7 @@ from rich.table import Table
 from sim import api
 from sim.api.faces import margin_text, percent, run_view, slo_table, stress_words
 from sim.api.searches import check_lines
-from sim.cli.common import bad_input_exits, err, num, out, policy_names
+from sim.cli.common import bad_input_exits, err, num, option, out, policy_names
 
 
 @click.command(name="tune")
@@ -33,7 +33,7 @@ from sim.cli.common import bad_input_exits, err, num, out, policy_names
     type=click.IntRange(min=20),
     help="Requests per candidate at the last rung, and in the comparison (default: `requests`).",
 )
-@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@option("seed")
 @click.option(
     "--max-cost-per-request",
     "max_cost",
@@ -146,9 +146,7 @@ def tune_table(summary: pd.DataFrame, note: str, slo: tuple[float, str] | None =
 
 @click.command()
 @click.argument("scenario", type=click.Path(path_type=Path))
-@click.option(
-    "--policy", "-p", "policies", multiple=True, help="Only these policies (repeat or commas)."
-)
+@option("policies")
 @click.option(
     "--duration",
     "durations",

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sim import api
-from sim.cli.common import bad_input_exits, interrupt_between_events, out
+from sim.cli.common import bad_input_exits, interrupt_between_events, option, out
 
 
 @click.command()
@@ -19,8 +19,8 @@ from sim.cli.common import bad_input_exits, interrupt_between_events, out
     required=True,
     help="The CSV to write (the normalized call log's columns).",
 )
-@click.option("--requests", "-n", type=click.IntRange(min=1), help="Override `requests`.")
-@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@option("requests")
+@option("seed")
 @click.option("--policy", help="The policy whose calls are logged (default: the first).")
 def synth(
     scenario: Path, out_path: Path, requests: int | None, seed: int | None, policy: str | None

@@ -50,7 +50,7 @@ def test_tables_have_no_box_characters_when_the_output_is_not_a_terminal(
 ) -> None:
     result = cli("run", contract_path, "--out", tmp_path, "-n", "100", "-p", "wait,race", "-q")
     assert_exit(result, 0)
-    assert "policy" in result.stdout and "wait" in result.stdout
+    assert "wait" in result.stdout
     assert BOX.isdisjoint(result.stdout), result.stdout
     header = next(line for line in result.stdout.splitlines() if line.startswith("policy"))
     assert "hit rate per run [95% CI]" in header  # the columns, on one plain line
