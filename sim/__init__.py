@@ -1,6 +1,19 @@
 """tailsim: will a multi-step LLM workflow meet its deadline, at what cost, and will it storm?"""
 
-from sim.api import RunResult, nines, report, run, sweep
+from sim.api import (
+    RunResult,
+    SweepResult,
+    check,
+    fit,
+    nines,
+    report,
+    run,
+    stress,
+    sweep,
+    sweep_stored,
+    synth,
+    tune,
+)
 from sim.model.config import Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import load_scenario
@@ -10,10 +23,17 @@ __all__ = [
     "RunResult",
     "Scenario",
     "ScenarioError",
+    "SweepResult",
     "__version__",
+    "check",
+    "fit",
     "load_scenario",
     "nines",
     "report",
     "run",
+    "stress",
     "sweep",
+    "sweep_stored",
+    "synth",
+    "tune",
 ]

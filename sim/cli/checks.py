@@ -1,5 +1,6 @@
-"""The commands that check rather than simulate a study: `check` (a scenario is valid),
-`schema` (the format's JSON Schema) and `validate` (the simulator against closed-form theory)."""
+"""The commands that check rather than simulate a study: `check` (a scenario is valid for run
+and sweep), `schema` (the format's JSON Schema) and `validate` (the simulator against
+closed-form theory)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,27 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from sim import api
+from sim.api.faces import plural
 from sim.cli.common import bad_input_exits, out
-from sim.model.scenario import json_schema_text, load_scenario
-from sim.model.words import plural
 
 
 @click.command()
 def schema() -> None:
     """Print the JSON Schema of the scenario format (for editors)."""
-    click.echo(json_schema_text())
+    click.echo(api.schema())
 
 
 @click.command()
 @click.argument("scenario", type=click.Path(path_type=Path))
 def check(scenario: Path) -> None:
-    """Validate SCENARIO without running it."""
+    """Validate SCENARIO without running it: everything `run` and `sweep` check before any work
+    (the scenario, its compiled plan, every key and value its `sweep:` names)."""
     with bad_input_exits():
-        spec = load_scenario(scenario)
+        plan = api.check(scenario)
     out.print(
-        f"{scenario}: ok ({plural(len(spec.workflow.steps), 'step')}, "
-        f"policies: {', '.join(spec.policies)})",
+        f"{scenario}: ok ({plural(len(plan.scenario.workflow.steps), 'step')}, "
+        f"policies: {', '.join(plan.scenario.policies)})",
         markup=False,
     )
 
@@ -43,24 +45,10 @@ def check(scenario: Path) -> None:
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed (default: fixed).")
 def validate(size: int | None, seed: int | None) -> None:
     """Hold the simulator to closed-form theory; print each check, exit 1 if any fails."""
-    # Imported here, not at the top, so the rest of the CLI starts without the checks' code.
-    import time  # noqa: PLC0415
-
-    from sim.study.validation import (  # noqa: PLC0415
-        DEFAULT_SEED,
-        DEFAULT_SIZE,
-        Z_TOLERANCE,
-        run_checks,
-    )
-
-    size = DEFAULT_SIZE if size is None else size
-    seed = DEFAULT_SEED if seed is None else seed
-    started = time.perf_counter()
-    results = run_checks(size=size, seed=seed)
-    wall = time.perf_counter() - started
+    done = api.validate(size, seed)
     table = Table(
-        title=f"theory checks: size {size}, seed {seed}; interval = theory +- "
-        f"{Z_TOLERANCE:g} standard errors (exact for invariants)",
+        title=f"theory checks: size {done.size}, seed {done.seed}; interval = theory +- "
+        f"{done.z_tolerance:g} standard errors (exact for invariants)",
         title_justify="left",
     )
     for header, justify in (
@@ -71,7 +59,7 @@ def validate(size: int | None, seed: int | None) -> None:
         ("pass/fail", "left"),
     ):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
-    for r in results:
+    for r in done.results:
         table.add_row(
             r.name,
             f"{r.theory:.5g}",
@@ -80,12 +68,11 @@ def validate(size: int | None, seed: int | None) -> None:
             "[green]pass[/]" if r.passed else "[bold red]FAIL[/]",
         )
     out.print(table)
-    failed = [r for r in results if not r.passed]
-    for r in failed:
+    for r in done.failed:
         out.print(r.describe(), style="bold red", markup=False, soft_wrap=True)
     out.print(
-        f"{len(results) - len(failed)}/{len(results)} checks passed in {wall:.1f} s "
-        "(details: sim/study/validation.py)"
+        f"{len(done.results) - len(done.failed)}/{len(done.results)} checks passed in "
+        f"{done.wall_s:.1f} s (details: sim/study/validation.py)"
     )
-    if failed:
+    if done.failed:
         sys.exit(1)

@@ -1,5 +1,6 @@
-"""What every `tailsim` command shares: the consoles, bad input and Ctrl-C turned into exit
-codes, the options `run` and `sweep` have in common, loading the scenario, the comparison table.
+"""What every `tailsim` command shares: the consoles (tables in plain columns when the output
+is not a terminal), bad input and Ctrl-C turned into exit codes, click options built from the
+API's one table of options (`sim.api.options`), the comparison table.
 """
 
 from __future__ import annotations
@@ -18,19 +19,44 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.analysis.reading import shows_valid_hits
-from sim.model.errors import ScenarioError
-from sim.model.scenario import default_scenario_path, load_scenario
-from sim.model.words import percent, percent_interval
-from sim.plan import Plan, compile_scenario
-from sim.study.executors import EXECUTORS
+from sim.api import OPTIONS, ScenarioError
+from sim.api.faces import percent, percent_interval, shows_valid_hits
+from sim.api.options import flags_by_label
 
 EXIT_BAD_INPUT = 2
 #: Exit code after Ctrl-C, as shells report a command killed by SIGINT (128 + 2).
 EXIT_INTERRUPTED = 130
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False)
+
+class PlainWhenPiped(Console):
+    """A console that draws tables in plain columns, without box characters, when its output is
+    a file or a pipe, as the progress lines already are there."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        """Print as rich does, each table without its box when not on a terminal."""
+        if not self.is_terminal and any(isinstance(thing, Table) for thing in objects):
+            for thing in objects:
+                if isinstance(thing, Table):
+                    if thing.title:  # on a line of its own, whole (not wrapped to the columns)
+                        super().print(thing.title, markup=False, soft_wrap=True)
+                        thing.title = None
+                    thing.box = None
+                    thing.pad_edge = False
+                super().print(thing, **options)
+            return
+        super().print(*objects, **options)
+
+
+out = PlainWhenPiped(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = PlainWhenPiped(stderr=True, highlight=False)
+
+
+def in_flags(exc: ScenarioError) -> ScenarioError:
+    """`exc` with an option named as the command line spells it (`workers=` -> `--workers`)."""
+    flags = flags_by_label()
+    if exc.source not in flags:
+        return exc
+    return ScenarioError(flags[exc.source], exc.problems)
 
 
 @contextmanager
@@ -40,7 +66,7 @@ def bad_input_exits() -> Iterator[None]:
     try:
         yield
     except ScenarioError as exc:
-        err.print("[bold red]error:[/] " + escape(exc.render()), soft_wrap=True)
+        err.print("[bold red]error:[/] " + escape(in_flags(exc).render()), soft_wrap=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         err.print("interrupted: no results written", markup=False)
@@ -66,76 +92,52 @@ def policy_names(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(name.strip() for value in values for name in value.split(",") if name.strip())
 
 
-def simulation_options(default_out: str, figure: str) -> Callable[[Any], Any]:
-    """The arguments `run` and `sweep` share: scenario, --out, --requests, --policy, ..."""
+def option(name: str, **words: str) -> Callable[[Any], Any]:
+    """The click option of API option `name` (`sim.api.options.OPTIONS`): its flags, values and
+    help (`words` fill the help's {placeholders})."""
+    spec = OPTIONS[name]
+    kinds: dict[str, dict[str, Any]] = {
+        "int1": {"type": click.IntRange(min=1)},
+        "int0": {"type": click.IntRange(min=0)},
+        "choice": {"type": click.Choice(spec.choices)},
+        "flag": {"is_flag": True},
+        "text": {},
+        "many": {"multiple": True},
+        "path": {"type": click.Path(path_type=Path)},
+    }
+    extra = dict(kinds[spec.kind])
+    if spec.default is not None:
+        extra.update(default=spec.default, show_default=True)
+    return click.option(*spec.flags, name, help=spec.help.format(**words), **extra)
+
+
+def options(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Apply click decorators in the order written (the first is the first in --help)."""
 
     def apply(command: Any) -> Any:
-        options = [
-            click.argument("scenario", required=False, type=click.Path(path_type=Path)),
-            click.option(
-                "--out",
-                "out_dir",
-                type=click.Path(path_type=Path),
-                help=f"Results folder (default: {default_out}).",
-            ),
-            click.option(
-                "--requests", "-n", type=click.IntRange(min=1), help="Override `requests`."
-            ),
-            click.option(
-                "--policy",
-                "-p",
-                "policies",
-                multiple=True,
-                help="Run only these policies: repeat it (-p wait -p race) or separate names "
-                "with commas (-p wait,race).",
-            ),
-            click.option("--quiet", "-q", is_flag=True, help="Print no table or progress."),
-            click.option("--no-plot", is_flag=True, help=f"Skip {figure}."),
-        ]
-        for option in reversed(options):
-            command = option(command)
+        for decorator in reversed(decorators):
+            command = decorator(command)
         return command
 
     return apply
+
+
+def simulation_options(default_out: str, figure: str) -> Callable[[Any], Any]:
+    """The arguments `run` and `sweep` share: scenario, --out, --requests, --policy, ..."""
+    return options(
+        click.argument("scenario", required=False, type=click.Path(path_type=Path)),
+        option("out", default=default_out),
+        option("requests"),
+        option("policies"),
+        option("quiet"),
+        option("no_plot", figure=figure),
+        option("seed"),
+    )
 
 
 def executor_options(what: str) -> Callable[[Any], Any]:
     """--executor, --workers and --scheduler: where `what` run."""
-
-    def apply(command: Any) -> Any:
-        options = [
-            click.option(
-                "--executor",
-                "-e",
-                type=click.Choice(EXECUTORS),
-                default="inline",
-                show_default=True,
-                help=f"Where {what} run: here, in local processes, or on dask.distributed.",
-            ),
-            click.option(
-                "--workers",
-                "-w",
-                type=click.IntRange(min=1),
-                help="Processes (processes, dask LocalCluster); default: the cores available.",
-            ),
-            click.option(
-                "--scheduler",
-                help="Address of an existing dask scheduler (tcp://host:8786); needs "
-                "--executor dask.",
-            ),
-        ]
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return apply
-
-
-def load(scenario: Path | None) -> tuple[str, Plan]:
-    """The compiled scenario at `scenario` (the bundled default if None) and how to name its
-    source."""
-    source = str(scenario) if scenario is not None else str(default_scenario_path())
-    return source, compile_scenario(load_scenario(scenario))
+    return options(option("executor", what=what), option("workers"), option("scheduler"))
 
 
 def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
@@ -184,4 +186,5 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
 
 
 def num(value: Any, digits: int) -> str:
+    """A number with `digits` decimals, or n/a."""
     return "n/a" if pd.isna(value) else f"{value:.{digits}f}"

@@ -8,29 +8,15 @@ the fitted `models:` / `providers:` file, the report tables and the figure besid
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from sim.calibration.extras import fit_extras
-from sim.calibration.log_readers import parse_columns, read_call_logs
-from sim.calibration.plots import fit_figure
-from sim.calibration.report import (
-    MODES,
-    bucket_table,
-    extras_summary,
-    fit_calls,
-    fitted_yaml,
-    mode_lines,
-    refit_outside_spells,
-    report_table,
-    sample_files,
-)
+from sim import api
+from sim.api.faces import MODES
 from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, out
-from sim.model.errors import ScenarioError
 
 
 @click.command("fit")
@@ -87,101 +73,25 @@ def fit(
     """Fit first token, speed, stalls, error and junk rates and answer length per provider and
     model from call logs, each with its standard error; print how well the fit reproduces the
     log's p50 / p95 / p99 and write a `providers:` block a scenario can `include:`."""
+    say = lambda line: err.print(line, markup=False, soft_wrap=True)  # noqa: E731
     with bad_input_exits():
-        groups = tuple(c.strip() for c in by.split(",") if c.strip())
-        allowed = ("provider", "model", "request_id", "status")
-        for name in groups:
-            if name not in allowed:
-                raise ScenarioError(
-                    "--by", [(name, f"unknown column (allowed: {', '.join(allowed)})")]
-                )
-        if out_file is not None and out_file.is_dir():
-            raise ScenarioError(str(out_file), [("", "is a folder, expected a file name to write")])
-        if out_file is not None and not out_file.absolute().parent.is_dir():
-            raise ScenarioError(str(out_file), [("", "cannot be written: no such folder")])
-        mapping = parse_columns(columns)
-        last = [0.0]
-
-        def progress(source: str, done: int, total: int) -> None:
-            now = time.monotonic()
-            if quiet or (now - last[0] < 1.0 and done < total):
-                return
-            last[0] = now
-            err.print(f"fit: reading {source} {done / total:.0%}", markup=False, soft_wrap=True)
-
-        calls, garbage = read_call_logs(list(traces), mapping, progress)
-        skipped = [(src, g) for src, g in garbage.items() if g.total]
-        for source, g in skipped:
-            err.print(
-                f"{source}: {g.total:,} of {g.rows_read:,} rows skipped"
-                + (" (--strict: rejected)" if strict else ""),
-                markup=False,
-                soft_wrap=True,
-            )
-            for line in g.lines():
-                err.print(f"  {line}", markup=False, soft_wrap=True)
-        if strict and skipped:
+        try:
+            fitted = api.fit(
+                traces, out_file, by=by, columns=columns, mode=mode, min_calls=min_calls,
+                strict=strict, extras=extras, seed=seed, say=say, progress=not quiet,
+            )  # fmt: skip
+        except api.StrictRejectedError:  # the rows were said; nothing written
             sys.exit(EXIT_BAD_INPUT)
-        if calls.empty:
-            raise ScenarioError(", ".join(map(str, traces)), [("", "no usable calls in the logs")])
-        tick = (
-            None
-            if quiet
-            else (lambda what: err.print(f"fit: fitting {what}", markup=False, soft_wrap=True))
-        )
-        fits, too_small = fit_calls(calls, groups, mode, min_calls, seed, tick)
-        for line in too_small:
-            err.print(f"skipped {line}", markup=False, soft_wrap=True)
-        if not fits:
-            raise ScenarioError(
-                ", ".join(map(str, traces)), [("", f"no group has {min_calls} ok calls to fit")]
-            )
-        found = []
-        timed = bool(calls["start_s"].notna().any())
-        if extras and not timed:
-            if not quiet:
-                err.print("fit: no start times in the logs: extras skipped", markup=False)
-            extras = False
-        if extras:
-            if tick is not None:
-                tick("extras (spells, difficulty, load, overhead, arrivals)")
-            base = {(g.fit.provider, g.fit.model): g.fit.serving_block() for g in fits}
-            known = calls[
-                calls["provider"].notna() & calls["model"].notna() & calls["start_s"].notna()
-            ]
-            known = known.reset_index(drop=True)
-            found = fit_extras(known, base)
-            fits = refit_outside_spells(known, fits, found, groups, mode, seed)
-        table = report_table(fits, extras_summary(fits, found) if extras else None)
-        buckets = bucket_table(fits)
-        stem_name = out_file.stem if out_file is not None else "fitted"
-        text = fitted_yaml(fits, [str(t) for t in traces], found, stem_name)
-        if not quiet:
-            out.print(_table(table))
-            for line in mode_lines(fits):
-                out.print(line, markup=False, soft_wrap=True)
-        if out_file is None:
-            if not quiet:
-                out.print(escape(text), soft_wrap=True)
-            return
-        figure = fit_figure(fits, buckets)
-        stem = out_file.with_suffix("")
-        written = {
-            out_file: text,
-            stem.with_suffix(".report.csv"): table.to_csv(index=False, float_format="%.6g"),
-            stem.with_suffix(".buckets.csv"): buckets.to_csv(index=False, float_format="%.6g"),
-            **{out_file.with_name(n): t for n, t in sample_files(fits, stem_name).items()},
-        }
-        for path, content in written.items():
-            temp = path.with_name(path.name + ".tmp")
-            temp.write_text(content, encoding="utf-8")
-            temp.replace(path)
-        png = stem.with_suffix(".png")
-        figure.savefig(png.with_name(png.name + ".tmp.png"), dpi=110)
-        png.with_name(png.name + ".tmp.png").replace(png)
-        if not quiet:
-            names = ", ".join(p.name for p in [*written, png])
-            out.print(f"fitted: {out_file} ({names})", markup=False, soft_wrap=True)
+    if quiet:
+        return
+    out.print(_table(fitted.table))
+    for line in fitted.modes:
+        out.print(line, markup=False, soft_wrap=True)
+    if not fitted.written:
+        out.print(escape(fitted.text), soft_wrap=True)
+        return
+    names = ", ".join(p.name for p in fitted.written)
+    out.print(f"fitted: {out_file} ({names})", markup=False, soft_wrap=True)
 
 
 def _table(table) -> Table:  # type: ignore[no-untyped-def]

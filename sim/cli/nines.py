@@ -5,25 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
-from sim.cli.common import bad_input_exits, err, load, out, policy_names
-from sim.output.results import check_writable, default_folder
-from sim.output.slo_view import nines_note, nines_view, scenario_slo, slo_table
-from sim.study.runner import chosen_policies
-
-if TYPE_CHECKING:
-    from sim.rare.nines import NinesResult
+from sim import api
+from sim.api.faces import (
+    NinesResult,
+    as_nines,
+    nines_lines,
+    nines_note,
+    nines_view,
+    scenario_slo,
+    slo_table,
+)
+from sim.cli.common import bad_input_exits, err, option, out, policy_names
 
 
 @click.command()
 @click.argument("scenario", required=False, type=click.Path(path_type=Path))
-@click.option(
-    "--policy", "-p", "policies", multiple=True, help="Only these policies (repeat or commas)."
-)
+@option("policies")
 @click.option(
     "--target-rel-error",
     type=click.FloatRange(min=0, min_open=True),
@@ -39,13 +40,11 @@ if TYPE_CHECKING:
     help="Stop after this many seconds of wall time at most (checked between batches); the "
     "output then says the numbers depend on the machine.",
 )
-@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@option("seed")
 @click.option(
     "--plain", is_flag=True, help="Plain Monte Carlo instead of importance sampling (checks)."
 )
-@click.option(
-    "--engine", type=click.Choice(["auto", "des", "vectorized"]), help="Override `engine`."
-)
+@option("engine")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results folder.")
 @click.option("--no-plot", is_flag=True, help="Skip figures/nines.png.")
 def nines(
@@ -61,26 +60,13 @@ def nines(
 ) -> None:
     """Estimate each policy's probability of missing the deadline (and of failing outright),
     with a 95% CI, by importance sampling: rare misses (1e-4, 1e-5) in seconds."""
-    from sim.rare.nines import estimate_nines  # noqa: PLC0415
-    from sim.rare.output import (  # noqa: PLC0415 - matplotlib only when asked for
-        NOTES,
-        as_nines,
-        comparison_lines,
-        composition_lines,
-        stop_lines,
-        write_nines,
-    )
-
     with bad_input_exits():
-        _source, spec = load(scenario)
-        names = chosen_policies(spec, policy_names(policies), "--policy")
-        folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="nines-")
-        check_writable(folder)
-        result = estimate_nines(
-            spec, names, target_rel_error, budget_s, seed=seed,
-            method="plain" if plain else "importance", engine=engine,
+        result, folder = api.nines_to_folder(
+            scenario, out_dir, policies=policy_names(policies) or None,
+            target_rel_error=target_rel_error, budget_s=budget_s, figures=not no_plot,
+            seed=seed, method="plain" if plain else "importance", engine=engine,
         )  # fmt: skip
-        write_nines(result, folder, figures=not no_plot)
+    spec = result.plan
     out.print(_table(result, as_nines))
     slo = scenario_slo(spec)  # the scenario's `slo: {target}`: the verdicts (sim.output.slo_view)
     view = nines_view(result.table, slo)
@@ -88,7 +74,8 @@ def nines(
         out.print(slo_table(view))
         for note in filter(None, [nines_note(spec)]):
             out.print(note, markup=False)
-    for line in comparison_lines(result) + composition_lines(result):
+    lines, stops, notes = nines_lines(result)
+    for line in lines:
         out.print(line, markup=False)
     if result.tilts:
         out.print(
@@ -97,12 +84,12 @@ def nines(
             f"{folder}/tilt.txt",
             markup=False,
         )
-    for line in stop_lines(result):
+    for line in stops:
         out.print(line, markup=False)
     for warning in result.warnings:
         err.print(f"warning: {warning}", markup=False)
     figure = "" if no_plot else ", figures/nines.png"
-    out.print(f"results: {folder}/ (nines.csv, tilt.txt, {NOTES}{figure})", markup=False)
+    out.print(f"results: {folder}/ (nines.csv, tilt.txt, {notes}{figure})", markup=False)
 
 
 def _table(result: NinesResult, as_nines: Callable[[float, float, float], str]) -> Table:

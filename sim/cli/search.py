@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 
 import click
@@ -13,11 +12,10 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.cli.common import bad_input_exits, err, load, num, out, policy_names
-from sim.model.words import percent
-from sim.output.results import check_writable, default_folder, write_stress_results
-from sim.output.slo_view import run_view, slo_table
-from sim.study.runner import chosen_policies
+from sim import api
+from sim.api.faces import margin_text, percent, run_view, slo_table, stress_words
+from sim.api.searches import check_lines
+from sim.cli.common import bad_input_exits, err, num, option, out, policy_names
 
 
 @click.command(name="tune")
@@ -35,7 +33,7 @@ from sim.study.runner import chosen_policies
     type=click.IntRange(min=20),
     help="Requests per candidate at the last rung, and in the comparison (default: `requests`).",
 )
-@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@option("seed")
 @click.option(
     "--max-cost-per-request",
     "max_cost",
@@ -75,11 +73,8 @@ def tune_command(
     quiet: bool,
 ) -> None:
     """Search per-step cutoffs, hedge delays and fallback models; write SCENARIO + `tuned`."""
-    from sim.rare.finalists import check_finalists, check_lines  # noqa: PLC0415
-    from sim.study.tune import run_tune  # noqa: PLC0415 - the search's code only when tuning
-
     with bad_input_exits(), _tune_progress(quiet) as tick:
-        outcome = run_tune(
+        outcome = api.tune(
             scenario,
             out_file,
             requests=requests,
@@ -88,13 +83,12 @@ def tune_command(
             min_quality=min_quality,
             progress=tick,
             slo_target=slo_target,
-            check=partial(check_finalists, budget_s=nines_budget_s) if nines_budget_s else None,
+            nines_budget_s=nines_budget_s,
         )
     if not quiet:
         out.print(tune_table(outcome.comparison, outcome.note, outcome.slo))
-        if outcome.result.check is not None:
-            for line in check_lines(outcome.result.check):
-                out.print(line, markup=False)
+        for line in check_lines(outcome):
+            out.print(line, markup=False)
         view = run_view(outcome.comparison, outcome.slo)
         if view is not None:
             out.print(slo_table(view))
@@ -152,9 +146,7 @@ def tune_table(summary: pd.DataFrame, note: str, slo: tuple[float, str] | None =
 
 @click.command()
 @click.argument("scenario", type=click.Path(path_type=Path))
-@click.option(
-    "--policy", "-p", "policies", multiple=True, help="Only these policies (repeat or commas)."
-)
+@option("policies")
 @click.option(
     "--duration",
     "durations",
@@ -188,29 +180,16 @@ def stress(
     """Find each policy's storm margin on SCENARIO: the largest burst (base rate x multiplier,
     held for a duration) after which its goodput is back to its pre-burst level within the
     recovery window."""
-    from sim.study.stress import StressPlan, bound_lines, default_plan, margins  # noqa: PLC0415
-    from sim.study.stress import stress as search  # noqa: PLC0415
-
     with bad_input_exits():
-        _source, spec = load(scenario)
-        names = chosen_policies(spec, policy_names(policies), "--policy")
-        plan = default_plan(spec)
-        plan = StressPlan(
-            durations_s=tuple(durations) or plan.durations_s,
-            multipliers=tuple(sorted(multipliers)) or plan.multipliers,
-            calm_s=plan.calm_s,
-            window_s=window or plan.window_s,
-        )
-        folder = out_dir if out_dir is not None else default_folder(spec.name, prefix="stress-")
-        check_writable(folder)
-        table = search(spec, names, plan)
-        best = margins(table)
-        write_stress_results(table, best, plan.window_s, spec.name, folder, figures=not no_plot)
-    out.print(stress_table(best, plan.window_s))
-    for line in bound_lines(best):
+        done = api.stress(
+            scenario, policy_names(policies) or None, durations=durations,
+            multipliers=multipliers, window=window, out=out_dir, figures=not no_plot,
+        )  # fmt: skip
+    out.print(stress_table(done.margins, done.plan.window_s))
+    for line in stress_words(done.margins)[1]:
         out.print(line, markup=False, soft_wrap=True)
     out.print(
-        f"results: {folder}/ (stress.csv, margins.csv"
+        f"results: {done.folder}/ (stress.csv, margins.csv"
         + ("" if no_plot else ", figures/stress.png")
         + ")",
         markup=False,
@@ -219,8 +198,6 @@ def stress(
 
 def stress_table(best: pd.DataFrame, window_s: float) -> Table:
     """Per policy and burst length: the largest burst recovered from, and the storm margin."""
-    from sim.study.stress import lower_bounds, margin_text  # noqa: PLC0415 - as the command
-
     table = Table(
         title=f"storm margin: largest burst after which goodput is back within {window_s:g} s",
         title_justify="left",
@@ -228,7 +205,7 @@ def stress_table(best: pd.DataFrame, window_s: float) -> Table:
     for header in ("policy", "burst s", "largest x", "recovery s", "fails at x", "margin req"):
         table.add_column(header, justify="left" if header == "policy" else "right")
     ranked = best.sort_values("margin_requests", ascending=False, kind="stable")
-    open_ended = lower_bounds(best)  # a margin no burst tried beat: '>= N'
+    open_ended = stress_words(best)[0]  # a margin no burst tried beat: '>= N'
     for row in ranked.to_dict("records"):
         failed = not pd.isna(row["first_failed"])
         table.add_row(

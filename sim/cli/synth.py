@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from sim.calibration.call_log import check_log_target, write_call_log
-from sim.calibration.synth import synth_calls
-from sim.cli.common import bad_input_exits, interrupt_between_events, load, out
+from sim import api
+from sim.cli.common import bad_input_exits, interrupt_between_events, option, out
 
 
 @click.command()
@@ -20,17 +19,16 @@ from sim.cli.common import bad_input_exits, interrupt_between_events, load, out
     required=True,
     help="The CSV to write (the normalized call log's columns).",
 )
-@click.option("--requests", "-n", type=click.IntRange(min=1), help="Override `requests`.")
-@click.option("--seed", "-s", type=click.IntRange(min=0), help="Override `seed`.")
+@option("requests")
+@option("seed")
 @click.option("--policy", help="The policy whose calls are logged (default: the first).")
 def synth(
     scenario: Path, out_path: Path, requests: int | None, seed: int | None, policy: str | None
 ) -> None:
     """Write a synthetic call log of SCENARIO's calls (one policy) to --out, as CSV."""
     with bad_input_exits():
-        _, spec = load(scenario)
-        check_log_target(out_path)
-        with interrupt_between_events():
-            log = synth_calls(spec, requests=requests, seed=seed, policy=policy)
-        write_call_log(log, out_path)
+        log = api.synth(
+            scenario, out_path, requests=requests, seed=seed, policy=policy,
+            guard=interrupt_between_events,
+        )  # fmt: skip
     out.print(f"{out_path}: {len(log)} calls", markup=False)

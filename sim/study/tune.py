@@ -40,7 +40,7 @@ from sim.model.errors import ScenarioError
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.words import plural
 from sim.model.workflow import Workflow
-from sim.plan import FIRST_TOKEN, Plan, compile_scenario
+from sim.plan import FIRST_TOKEN, Plan
 from sim.plan.resolve import reserves
 from sim.policy.build import build_resolved
 from sim.study.pilot import measure
@@ -480,84 +480,6 @@ class TuneOutcome:
     comparison: Any  # the summary DataFrame of every policy, `tuned` included
     note: str
     slo: tuple[float, str] | None = None  # (target, metric) searched against
-
-
-def run_tune(
-    source: Any,
-    out_file: Any,
-    *,
-    requests: int | None = None,
-    seed: int | None = None,
-    max_cost: float | None = None,
-    min_quality: float = 0.0,
-    progress: Progress | None = None,
-    slo_target: float | None = None,
-    check: FinalistCheck | None = None,
-) -> TuneOutcome:
-    """Load `source`, tune it, write `out_file` (only once it validates and reproduces the
-    searched policy), and run every policy of it on the scenario's seed for comparison.
-    `slo_target` (else the scenario's `slo`) makes the search find the cheapest candidate that
-    meets it; it is written into `out_file`'s `slo`. `check`: see `tune`."""
-    from pathlib import Path as FilePath  # noqa: PLC0415
-
-    import yaml  # noqa: PLC0415
-
-    from sim.model.scenario import (  # noqa: PLC0415
-        load_scenario,
-        parse_yaml,
-        scenario_from_dict,
-        with_includes,
-    )
-    from sim.study.runner import run as run_policies  # noqa: PLC0415
-
-    source = FilePath(source)
-    out_file = FilePath(out_file)
-    plan = compile_scenario(load_scenario(source))
-    if out_file.is_dir():
-        raise ScenarioError(str(out_file), [("", "is a folder, expected a file name to write")])
-    parent = out_file.absolute().parent
-    if not parent.is_dir():
-        raise ScenarioError(str(out_file), [("", f"cannot be written: no folder {parent}")])
-    n = requests or plan.requests
-    slo = search_slo(plan, slo_target)
-    result = tune(
-        plan,
-        requests=n,
-        seed=seed,
-        max_cost=max_cost,
-        min_quality=min_quality,
-        progress=progress,
-        slo=slo,
-        check=check,
-    )
-    data = parse_yaml(source.read_text(encoding="utf-8"), str(source))
-    data = with_includes(data, str(source), source.parent)  # the tuned file stands alone
-    out_dir = out_file.resolve().parent
-    fresh = tuned_scenario_data(data, result.policy, str(source.resolve().parent), str(out_dir))
-    if slo_target is not None:
-        fresh["slo"] = {**(fresh.get("slo") or {}), "target": slo_target}
-    tuned = compile_scenario(scenario_from_dict(fresh, source=str(out_file), base_dir=out_dir))
-    written = tuned.policies[TUNED].written
-    for step, scored in result.step_specs.items():  # the file runs what was scored
-        if written[step] != AdaptivePolicy.model_validate(scored):
-            raise AssertionError(f"written policy differs from the scored one at step {step}")
-    header = (
-        f"# {plan.name} with policy `{TUNED}` added by `tailsim tune` "
-        f"({plural(result.evaluations, 'candidate')} scored on {plural(n, 'request')}).\n"
-    )
-    out_file.write_text(
-        header + yaml.safe_dump(fresh, sort_keys=False, allow_unicode=True), encoding="utf-8"
-    )
-    report = run_policies(tuned, requests=n, seed=seed)
-    cap = "none" if max_cost is None else f"{max_cost:g} USD"
-    note = (
-        f"{plan.name}: {plural(n, 'request')}, seed {report.seed} "
-        "(the search ran on other draws); "
-        f"cost cap {cap}, quality floor {max(min_quality, plan.quality_floor):g}"
-    )
-    if slo is not None:
-        note += "; " + slo_note(slo, result.score, n, result.check)
-    return TuneOutcome(result, report.summary, note, slo)
 
 
 def search_slo(plan: Plan, target: float | None) -> tuple[float, str] | None:

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 import sim
-from sim.study.tune import TUNED, run_tune
+from sim.api.searches import tune as run_tune
+from sim.study.tune import TUNED
 from tests.helpers import REPO_ROOT
 
 

@@ -61,7 +61,8 @@ def test_processes_and_dask_give_the_bytes_of_inline(
     outs = {}
     for executor in ("inline", "processes", "dask"):
         out = tmp_path / executor
-        result = sweep_cli(str(tiny), "--out", str(out), "-e", executor, "-w", "2", "--no-plot")
+        workers = ["-w", "2"] if executor != "inline" else []  # -w with inline: exit 2
+        result = sweep_cli(str(tiny), "--out", str(out), "-e", executor, *workers, "--no-plot")
         assert result.exit_code == 0, result.output + str(result.exception)
         outs[executor] = {name: (out / name).read_bytes() for name in TABLES}
     assert outs["processes"] == outs["inline"]

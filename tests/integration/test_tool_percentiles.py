@@ -22,13 +22,14 @@ import yaml
 from click.testing import CliRunner
 
 import sim
+from sim.api.searches import tune as run_tune
 from sim.cli import main
 from sim.model.config import PolicySpec, Scenario
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
 from sim.plan import compile_scenario
 from sim.study.pilot import measure
-from sim.study.tune import TUNED, run_tune
+from sim.study.tune import TUNED
 from tests.helpers import REPO_ROOT, scenario_dict
 
 TOOL_RESEND = REPO_ROOT / "scenarios" / "tool-resend.yaml"

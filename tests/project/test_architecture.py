@@ -24,7 +24,7 @@ LAYERS = ("model", "policy", "plan", "analysis", "engine", "study", "output")
 #: Features in wings of their own, above the layers and independent of each other.
 WINGS = ("calibration", "rare", "adapters")
 #: The faces on top, outside the layer folders (the layers contract names them as layers too).
-TOP = {"__init__.py", "api.py", "cli.py", "cli"}
+TOP = {"__init__.py", "api", "cli"}
 MAX_LINES = 600
 
 

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import sim
+from sim.api.searches import tune as run_tune
 from sim.engine.simulation import Simulation
 from sim.model.arrivals import arrival_times
 from sim.model.config import AdaptivePolicy
 from sim.model.streams import Streams
 from sim.plan import compile_scenario
-from sim.study.tune import TUNED, Evaluator, Knobs, policy_mapping, run_tune, search_seed, tune
+from sim.study.tune import TUNED, Evaluator, Knobs, policy_mapping, search_seed, tune
 from tests.helpers import REPO_ROOT, build, serving, step
 
 FLOOR = REPO_ROOT / "scenarios" / "quality-floor.yaml"

@@ -1,0 +1,60 @@
+"""The library's face: a typed function for everything a `tailsim` command does, so a notebook
+can do all of it (`sim.cli` is a thin face over this package and imports nothing else of sim).
+
+Every function takes its scenario as a YAML path, a `Scenario`, a compiled `Plan` or None (the
+bundled default), and refuses anything else with a `ScenarioError`. The options they share are
+declared once in `sim.api.options`. The modules: `run` and `sweeps` (in memory, or written to a
+folder; a stored sweep resumes), `checks` (check, schema, validate), `folders` (plot, report,
+explain), `searches` (tune, stress), `rare` (nines), `calibration` (fit, synth), `imports`
+(import_litellm); `faces` re-exports what a face prints with.
+"""
+
+from sim.api.calibration import Fitted, StrictRejectedError, fit, synth
+from sim.api.checks import Validation, check, schema, validate
+from sim.api.folders import Explained, check_results_folder, explain, plot, report
+from sim.api.imports import LitellmImport, import_litellm
+from sim.api.inputs import ScenarioLike, plan_of
+from sim.api.options import OPTIONS, Option
+from sim.api.rare import nines, nines_to_folder
+from sim.api.results import RunResult, SweepResult
+from sim.api.run import chosen_policies, run, run_to_folder
+from sim.api.searches import Stressed, stress, tune
+from sim.api.sweeps import SweepInterrupted, sweep, sweep_plan, sweep_stored
+from sim.model.errors import ScenarioError
+
+__all__ = [
+    "OPTIONS",
+    "Explained",
+    "Fitted",
+    "LitellmImport",
+    "Option",
+    "RunResult",
+    "ScenarioError",
+    "ScenarioLike",
+    "Stressed",
+    "StrictRejectedError",
+    "SweepInterrupted",
+    "SweepResult",
+    "Validation",
+    "check",
+    "check_results_folder",
+    "chosen_policies",
+    "explain",
+    "fit",
+    "import_litellm",
+    "nines",
+    "nines_to_folder",
+    "plan_of",
+    "plot",
+    "report",
+    "run",
+    "run_to_folder",
+    "schema",
+    "stress",
+    "sweep",
+    "sweep_plan",
+    "sweep_stored",
+    "synth",
+    "tune",
+    "validate",
+]
