@@ -16,7 +16,12 @@ from scipy.integrate import quad
 from scipy.stats import lognorm
 
 from sim.calibration.log_readers import read_call_logs
-from sim.calibration.marginals import fit_group, fit_stall_mixture, mixture_loglik
+from sim.calibration.marginals import (
+    StallMixture,
+    fit_group,
+    fit_stall_mixture,
+    mixture_loglik,
+)
 from sim.calibration.synth import synth_calls
 from sim.model.config import ServingSpec
 from sim.model.latency import LogNormal
@@ -178,28 +183,40 @@ def test_no_stall_is_reported_when_there_is_none() -> None:
 
 
 #: Seeds of 30 plain lognormal generation times (100 tokens at LN(ln 60, 0.26) tokens/s, no
-#: stall) whose stall mixture gains 2 dlogL between 2 ln 30 = 6.8 and 3 ln 30 = 10.2: 7.3 to
-#: 8.2 (a search of seeds 0-399 found 9 such; these are the ones below 350, margins >= 0.5).
-BETWEEN_THE_PENALTIES = (1, 50, 85, 233, 347)
+#: stall) whose stall mixture gained 2 dlogL between 2 ln 30 = 6.8 and 3 ln 30 = 10.2 in a search
+#: of seeds 0-399 (7.0 to 9.8). The mixture's optimum is a numerical search, so which seeds land
+#: there moves a little with the SciPy release (85 and 233 did under SciPy 1.16, 115, 271, 327,
+#: 380 and 391 do under 1.17): the test keeps those that land there on the installed one.
+NEAR_THE_PENALTIES = (1, 50, 85, 115, 233, 271, 327, 347, 380, 391)
 
 
-@pytest.mark.parametrize("seed", BETWEEN_THE_PENALTIES)
-def test_a_stall_must_pass_bics_penalty_for_its_three_parameters(seed: int) -> None:
-    """Bug: the stall's BIC penalty 2 ln n instead of 3 ln n (the stall adds three parameters:
-    its probability and its lognormal's mu and sigma). The round-trip tests pass either way, and
-    counting false stall verdicts on plain samples tells the two penalties apart only weakly
-    (seeds 0-399 at n = 30: 5 false stalls with 3 ln n, 14 with 2 ln n; 3 standard errors apart
-    takes ~1,500 fits). These samples gain between the two penalties, where the verdicts differ
-    for certain: no stall is reported, and the evidence states the gain against 3 ln 30."""
+def _plain_stall_fit(seed: int) -> tuple[StallMixture, float, float]:
+    """The stall mixture of 30 plain lognormal generation times, and its gain and penalty."""
     rng = np.random.default_rng(seed)
     tokens = np.full(30, 100.0)
     g = tokens / np.exp(np.log(60.0) + 0.26 * rng.standard_normal(30))
     fit = fit_stall_mixture(g, tokens)
     gain, penalty = (float(x) for x in re.findall(r"[-\d.]+(?= |$)", fit.evidence)[-2:])
-    assert 2 * math.log(30) < gain < 3 * math.log(30)  # the sample is where the bug matters
-    assert not fit.supported
-    assert (fit.probability, fit.extra) == (0.0, None)
-    assert penalty == pytest.approx(3 * math.log(30), abs=0.05)
+    return fit, gain, penalty
+
+
+def test_a_stall_must_pass_bics_penalty_for_its_three_parameters() -> None:
+    """Bug: the stall's BIC penalty 2 ln n instead of 3 ln n (the stall adds three parameters:
+    its probability and its lognormal's mu and sigma). The round-trip tests pass either way, and
+    counting false stall verdicts on plain samples tells the two penalties apart only weakly
+    (seeds 0-399 at n = 30: 5 false stalls with 3 ln n, 14 with 2 ln n; 3 standard errors apart
+    takes ~1,500 fits). Samples that gain between the two penalties are where the verdicts differ
+    for certain: no stall is reported, and the evidence states the gain against 3 ln 30. At least
+    three of the listed seeds must land there (8 of 10 do on SciPy 1.17)."""
+    between = []
+    for seed in NEAR_THE_PENALTIES:
+        fit, gain, penalty = _plain_stall_fit(seed)
+        assert penalty == pytest.approx(3 * math.log(30), abs=0.05)
+        if 2 * math.log(30) < gain < 3 * math.log(30):  # the sample is where the bug matters
+            between.append(seed)
+            assert not fit.supported, seed
+            assert (fit.probability, fit.extra) == (0.0, None), seed
+    assert len(between) >= 3, between
 
 
 @pytest.mark.slow
