@@ -15,9 +15,11 @@ import concurrent.futures
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from importlib.machinery import ModuleSpec
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from sim.study.points import PointResult, SweepPoint
 
 EXECUTORS = ("inline", "processes", "dask")
+#: The module the forkserver imports once, before it forks the workers: what a point needs (the
+#: engines, the plan, the study layer; pandas for the tables), never the figures or the CLI.
+WORKER_MODULE = "sim.study.sweep"
 #: Seconds to wait for an existing dask scheduler before giving up with a clear message.
 CONNECT_TIMEOUT_S = 10
 #: Seconds a dask sweep waits for at least one worker before saying the cluster has none.
@@ -133,7 +138,7 @@ def _run_processes(
         raise SystemExit(1)
     count = min(workers or default_workers(), len(points))
     context = get_context("forkserver")
-    context.set_forkserver_preload(["sim.study.sweep"])
+    context.set_forkserver_preload([WORKER_MODULE])
     with ParentLifeline(context) as lifeline:
         try:
             with ProcessPoolExecutor(
@@ -142,7 +147,8 @@ def _run_processes(
                 initializer=watch_parent,
                 initargs=(lifeline.child_end,),
             ) as pool:
-                futures = [pool.submit(fn, shared, point, *args) for point in points]
+                with _workers_skip_the_console_script():  # the workers start on submit
+                    futures = [pool.submit(fn, shared, point, *args) for point in points]
                 try:
                     for future in as_completed(futures):
                         on_done(future.result())
@@ -152,6 +158,41 @@ def _run_processes(
                     raise
         except BrokenProcessPool:
             raise WorkersLostError("processes", *_broken_pool_reason()) from None
+
+
+@contextmanager
+def _workers_skip_the_console_script() -> Iterator[None]:
+    """While workers start, have them skip re-importing `tailsim`'s console script.
+
+    multiprocessing makes each worker import the parent's main script (as `__mp_main__`), so a
+    script's own functions can run there. The `tailsim` console script is `from sim.cli import
+    main`, and sim.cli loads every command (matplotlib, seaborn, rich: seconds per worker)
+    where a point needs only `WORKER_MODULE`, preloaded once in the forkserver. A main module
+    named like a package's `__main__` is one multiprocessing never re-imports (as for `python
+    -m sim.cli`), so that is the name the workers are given; a user's own script is re-imported
+    as before (its main guard still matters, see `_broken_pool_reason`)."""
+    main = sys.modules.get("__main__")
+    cli = sys.modules.get("sim.cli")
+    console = (
+        main is not None
+        and cli is not None
+        and getattr(main, "__spec__", None) is None
+        and getattr(main, "main", None) is getattr(cli, "main", object())
+    )
+    if not console:
+        yield
+        return
+    main.__spec__ = ModuleSpec("sim.cli.__main__", None)  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        main.__spec__ = None  # type: ignore[union-attr]
+
+
+def imported_modules(_shared: object = None, _item: object = None) -> list[str]:
+    """The modules loaded in this process, sorted: run as an executor's item, what a worker
+    holds (the tests and benchmarks/sweep.py keep the workers' imports light with it)."""
+    return sorted(sys.modules)
 
 
 def _broken_pool_reason() -> tuple[str, str]:

@@ -7,7 +7,18 @@ from __future__ import annotations
 import pytest
 
 from sim.model.rows import OUTCOME_TRUNCATED
-from tests.helpers import ScriptedBank, build, error, invalid, ok, serving, simulate, step, timeline
+from tests.helpers import (
+    ScriptedBank,
+    build,
+    error,
+    invalid,
+    ok,
+    scenario_dict,
+    serving,
+    simulate,
+    step,
+    timeline,
+)
 
 ADAPTIVE = {
     "stuck": {"kind": "adaptive", "cutoff": 30.0, "ttft_cutoff": 2.0, "attempts": 2},
@@ -92,18 +103,30 @@ def test_an_optional_step_that_fails_does_not_fail_its_request() -> None:
         assert "ok" not in set(result.calls.loc[result.calls.step == "opt", "outcome"])
 
 
+#: Every request hard, and a hard answer 2.5x as long on both models: 250 tokens past a step's
+#: `max_tokens: 100` (a cap below `output_tokens` itself is refused by validation).
+LONG_WHEN_HARD = {
+    "hardness": {"share": 1.0},
+    "models": {
+        name: {**spec, "when_hard": {"length": 2.5}}
+        for name, spec in scenario_dict()["models"].items()
+    },
+}
+
+
 def test_a_truncated_answer_is_invalid_and_billed_to_the_cut() -> None:
-    result = one("wait", {}, [step("s1", max_tokens=40)])
+    """The 250-token answer is cut at 100: billed 100 tokens, generating 1 s (100 tok/s)."""
+    result = one("wait", {}, [step("s1", max_tokens=100)], **LONG_WHEN_HARD)
     call = result.calls.iloc[0]
     assert call.outcome == OUTCOME_TRUNCATED
-    assert call.output_tokens == 40
-    assert call.end_s == pytest.approx(1.0 + 0.4)
+    assert call.output_tokens == 100
+    assert call.end_s == pytest.approx(1.0 + 1.0)
     assert not bool(result.requests.ok.iloc[0])
     assert result.requests.fail_reason.iloc[0] == OUTCOME_TRUNCATED
 
 
 def test_a_truncated_answer_falls_down_instead_of_rerunning() -> None:
-    result = one("down", {}, [step("s1", max_tokens=40)])
+    result = one("down", {}, [step("s1", max_tokens=100)], **LONG_WHEN_HARD)
     assert [(c[3], c[6]) for c in timeline(result.calls)][:2] == [
         ("big", OUTCOME_TRUNCATED),
         ("small", OUTCOME_TRUNCATED),

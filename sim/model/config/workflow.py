@@ -105,6 +105,29 @@ class StepSpec(Spec):
                     raise FieldError((key,), "a step of kind 'tool' calls no model")
         return self
 
+    @model_validator(mode="after")
+    def _cap_holds_the_answer(self) -> StepSpec:
+        """`max_tokens` at least `output_tokens` (a drawn length's median), as the format says:
+        a lower cap cuts every answer (or most), and the run would fail far from the cause."""
+        if self.max_tokens is None:
+            return self
+        length = self.output_tokens
+        if isinstance(length, int) and self.max_tokens < length:
+            raise FieldError(
+                ("max_tokens",),
+                f"{self.max_tokens} is below output_tokens ({length}): every answer would be cut "
+                f"there (truncated); give max_tokens >= {length}, or lower output_tokens",
+            )
+        if isinstance(length, LengthSpec) and self.max_tokens < length.median:
+            raise FieldError(
+                ("max_tokens",),
+                f"{self.max_tokens} is below the median drawn length (output_tokens.median "
+                f"{length.median:g}): most answers would be cut there (truncated); give "
+                f"max_tokens >= {math.ceil(length.median)} (a cap between the median and the p99 "
+                "cuts the long tail only)",
+            )
+        return self
+
     @property
     def reserved_output(self) -> int:
         """The answer's token cap: `max_tokens`, else `output_tokens` (a drawn length's p99)."""
