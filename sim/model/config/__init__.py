@@ -61,6 +61,7 @@ from sim.model.config.providers import (
     ServingSpec,
     SlowdownSpec,
     StallSpec,
+    StallWhereSpec,
     WhenHardSpec,
 )
 from sim.model.config.references import reference_problems
@@ -134,6 +135,7 @@ __all__ = [
     "SlowdownSpec",
     "Spec",
     "StallSpec",
+    "StallWhereSpec",
     "StepOverride",
     "StepPolicyError",
     "StepSpec",
