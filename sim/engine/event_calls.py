@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -115,7 +116,7 @@ class CallMaker:
             if limits is None:  # refused: the time left cannot fund it
                 return None
             if limits.give_up_after != plan.give_up_after:
-                plan = Attempt(plan.provider, plan.model, limits.give_up_after)
+                plan = replace(plan, give_up_after=limits.give_up_after)
         provider = self.providers[plan.provider]
         call, ttft, generation, stall, drawn, truncated = self._prepare(
             handle, provider, attempt, plan, 0
@@ -127,12 +128,13 @@ class CallMaker:
         if timeout is not None and (cut is None or timeout < cut):  # the client's own timeout
             cut, by_sdk = timeout, True
         try:
-            if handle.plain:
+            if handle.plain and plan.first_token_after is None and plan.idle_after is None:
                 yield from serve(provider, call, ttft, generation, stall, drawn, cut)
             else:
                 yield from serve(
                     provider, call, ttft, generation, stall, drawn, cut,
                     limits.queue, limits.start_by, limits.service,
+                    plan.first_token_after, plan.idle_after,
                 )  # fmt: skip
             if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
                 call.ended_by = BY_SDK
@@ -410,12 +412,13 @@ class CallMaker:
             if timeout is not None and (cut is None or timeout < cut):
                 cut, by_sdk = timeout, True
             try:
-                if handle.plain:
+                if handle.plain and plan.first_token_after is None and plan.idle_after is None:
                     yield from serve(provider, call, ttft, generation, stall, drawn, cut)
                 else:
                     yield from serve(
                         provider, call, ttft, generation, stall, drawn, cut,
                         limits.queue, limits.start_by, limits.service,
+                        plan.first_token_after, plan.idle_after,
                     )  # fmt: skip
                 if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
                     call.ended_by = BY_SDK

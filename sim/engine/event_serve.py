@@ -45,6 +45,8 @@ def serve(
     queue_limit: float | None = None,
     start_by: float = math.inf,
     service_limit: float | None = None,
+    first_token_after: float | None = None,
+    idle_after: float | None = None,
 ) -> Generator[simpy.Event, Any, Call]:
     """Live one call on `provider` to its end and return it with outcome, times and bill.
 
@@ -95,6 +97,11 @@ def serve(
             )
             if by_queue:
                 wait_limit = queue_limit
+            by_first = first_token_after is not None and (
+                wait_limit is None or first_token_after < wait_limit
+            )
+            if by_first:  # no first token while queued either
+                wait_limit, by_queue = first_token_after, False
             if wait_limit is None:
                 yield slot
             else:
@@ -103,6 +110,8 @@ def serve(
                     call.queue = env.now - call.start
                     if by_queue:
                         call.ended_by = "queue"
+                    elif by_first:
+                        call.ended_by = "first_token"
                     return _end(provider, call, OUTCOME_TIMEOUT)
         served_at = env.now
         call.queue = served_at - call.start
@@ -124,6 +133,9 @@ def serve(
         if service_limit is not None and service_limit < left:
             left = service_limit
             call.ended_by = "attempt"  # kept only if this limit cuts the call
+        if first_token_after is not None or idle_after is not None:
+            left = _stream_cut(call, ttft, generation, stall, drawn, queued, left,
+                               first_token_after, idle_after)  # fmt: skip
         if left < _INF and left <= SAME_INSTANT * (queued if queued > 1.0 else 1.0):
             # granted its slot at its give-up instant (up to rounding): cut, never served
             return _end(provider, call, OUTCOME_TIMEOUT)
@@ -235,3 +247,35 @@ def _bill_broken(provider: Provider, call: Call) -> None:
     call.billed_input = call.input_tokens
     full = provider.billing == "full"
     call.billed_output = call.output_tokens if full else call.tokens_streamed
+
+
+def _stream_cut(
+    call: Call,
+    ttft: float,
+    generation: float,
+    stall: float,
+    drawn: int,
+    queued: float,
+    left: float,
+    first_token_after: float | None,
+    idle_after: float | None,
+) -> float:
+    """The seconds after its slot grant at which the cuts that watch the stream stop the call,
+    if sooner than `left` (labelled `ended_by` first_token or idle): no first token
+    `first_token_after` seconds after its send; a mid-stream stall longer than `idle_after`,
+    cut that long after its onset."""
+    if first_token_after is not None:
+        at = first_token_after - queued
+        if ttft > at and at < left:
+            left, call.ended_by = at, "first_token"
+    onset = call.onset
+    if (
+        idle_after is not None
+        and stall > idle_after
+        and not math.isnan(onset)
+        and (drawn == OK or (drawn == BROKEN and call.broken_at > onset))
+    ):
+        at = ttft + onset * generation + idle_after
+        if at < left:
+            left, call.ended_by = at, "idle"
+    return left

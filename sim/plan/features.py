@@ -41,6 +41,7 @@ from sim.model.config import (
     StallSpec,
     StallWhereSpec,
     StepSpec,
+    StreamCuts,
     WaitPolicy,
     WhenHardSpec,
     WorkflowSpec,
@@ -129,6 +130,10 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
     (PolicyBase, "controls"): "policy.controls",
     (PolicyBase, "propagate_deadline"): "deadline.no_propagation",
     (PolicyBase, "admission"): "deadline.admission",
+    **{(cls, "first_token_timeout_s"): "stream.first_token_timeout"
+       for cls in (StreamCuts, WaitPolicy, CutPolicy, RacePolicy, DownshiftPolicy)},
+    **{(cls, "idle_timeout_s"): "stream.idle_timeout"
+       for cls in (StreamCuts, WaitPolicy, CutPolicy, RacePolicy, DownshiftPolicy)},
     **_neutral(WaitPolicy, "kind", "timeout_s", "retries", "providers"),
     (WaitPolicy, "backoff"): "policy.backoff",
     **_neutral(CutPolicy, "kind", "cutoff", "retries", "providers"),

@@ -18,6 +18,7 @@ from sim.model.config import (
     PlainPolicy,
     RacePolicy,
     RouterPolicy,
+    StreamCuts,
     WaitPolicy,
 )
 from sim.model.workflow import Step
@@ -130,7 +131,8 @@ def _build_policy(
             route = _route(routes, step.model, spec.providers, step.provider)
             limit = give_up if isinstance(spec, WaitPolicy) else seconds[step.id]
             plans[step.id] = [
-                Attempt(route[k % len(route)], step.model, limit) for k in range(spec.retries + 1)
+                Attempt(route[k % len(route)], step.model, limit, *stream_cuts(spec))
+                for k in range(spec.retries + 1)
             ]
         return Sequential(name, plans, spec.backoff)
     if isinstance(spec, RacePolicy):
@@ -138,7 +140,7 @@ def _build_policy(
         for step in steps:
             route = _route(routes, step.model, spec.providers, step.provider)
             one = [
-                Attempt(route[j % len(route)], step.model, spec.timeout_s)
+                Attempt(route[j % len(route)], step.model, spec.timeout_s, *stream_cuts(spec))
                 for j in range(spec.attempts)
             ]
             rounds[step.id] = [one] * (spec.retries + 1)
@@ -158,10 +160,19 @@ def _build_policy(
             else routes.serving(spec.to)[0]
         )
         route = _route(routes, spec.to, spec.providers, down_default)
-        first = Attempt(step.provider, step.model, seconds[step.id])
-        rest = [Attempt(route[k % len(route)], spec.to, None) for k in range(spec.retries)]
+        cuts = stream_cuts(spec)
+        first = Attempt(step.provider, step.model, seconds[step.id], *cuts)
+        rest = [Attempt(route[k % len(route)], spec.to, None, *cuts) for k in range(spec.retries)]
         plans[step.id] = [first, *rest]
     return Sequential(name, plans, spec.backoff)
+
+
+def stream_cuts(spec: object) -> tuple[float | None, float | None]:
+    """A spec's cuts that watch the stream (`first_token_timeout_s`, `idle_timeout_s`), as the
+    `Attempt` fields after `give_up_after`; (None, None) for a kind without them."""
+    if isinstance(spec, StreamCuts):
+        return spec.first_token_timeout_s, spec.idle_timeout_s
+    return None, None
 
 
 def _build_adaptive(

@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
-from sim.analysis.metrics import calls_frame
+from sim.analysis.metrics import calls_frame, requests_frame
 from sim.engine import qualify
 from sim.engine.choice import single_policy
 from sim.engine.simulation import Simulation
 from sim.model.arrivals import arrival_times
 from sim.model.config import Scenario
+from sim.model.latency import lognormal_params
 from sim.model.stream import BREAK_AT, ONSET, streamed_share, streamed_shares
 from sim.model.streams import CallDrawBank, Streams
 from sim.plan import compile_scenario
@@ -143,3 +145,92 @@ def test_a_placed_stall_or_a_break_runs_on_the_event_engine() -> None:
             False,
             next(f.reason for f in policy.features if f.name == feature),
         )
+
+
+# ---------------------------------------------------------------- the cuts that watch the stream
+
+
+def test_an_idle_cut_ends_a_stalled_call_at_onset_plus_the_timeout_and_bills_the_onset() -> None:
+    """Closed form (b): a mid-stream stall (10 s) longer than `idle_timeout_s` (3 s), onset
+    uniform: the call ends at send + first token (1 s) + onset x generation (1 s) + 3 s and
+    bills exactly the tokens streamed before its onset; exact per call."""
+    calls, bank = run_calls(one_step(stalled(), {"kind": "wait", "idle_timeout_s": 3.0}), 500)
+    assert (calls["outcome"] == "timeout").all()
+    assert (calls["ended_by"] == "idle").all()
+    onset = np.asarray([bank.uniform(int(i), ONSET, "s1", 0, 0, 0) for i in calls["request_id"]])
+    np.testing.assert_allclose(calls["end_s"] - calls["start_s"], 1.0 + onset + 3.0, rtol=1e-12)
+    expected = (100 * onset).astype(np.int64).tolist()
+    assert calls["output_tokens"].tolist() == expected
+    assert calls["tokens_streamed"].tolist() == expected
+
+
+def test_a_stall_shorter_than_the_idle_timeout_is_not_cut() -> None:
+    serve = serving(stall={"probability": 1.0, "extra_s": const(2.0)})
+    calls, _ = run_calls(one_step(serve, {"kind": "wait", "idle_timeout_s": 3.0}), 100)
+    assert (calls["outcome"] == "ok").all()
+    np.testing.assert_allclose(calls["end_s"] - calls["start_s"], 4.0)
+
+
+def test_a_first_token_cut_with_retries_on_fresh_draws_meets_its_closed_form() -> None:
+    """Closed form (a): first token lognormal (median 1 s, p99 6 s), generation fixed (1 s),
+    `first_token_timeout_s` T = 2 s, k = 2 retries at once, deadline 6 s. Attempt j (0, 1, 2)
+    starts at jT and answers iff its first token X <= min(T, 6 - jT - 1) (the last one's room is
+    1 s), so P(answered) = sum_j (1-p)^j F(c_j) with p = F(T), and the mean latency of the
+    answered is sum_j (1-p)^j (F(c_j)(jT + 1) + E[X; X <= c_j]) / P. Held within 4 SE on N
+    requests (binomial SE for P; the sample's SE for the mean)."""
+    serve = {
+        "ttft_s": {"median": 1.0, "p99": 6.0},
+        "tokens_per_s": const(100.0),
+    }
+    policy = {"kind": "wait", "retries": 2, "first_token_timeout_s": 2.0}
+    providers = {"p1": {"serves": {"big": serve, "small": serving()}}}
+    scenario = build(
+        [step("s1")],
+        {"it": policy},
+        providers=providers,
+        deadline_s=6.0,
+        arrivals={"kind": "poisson", "rate_per_s": 0.01},
+    )
+    plan = resolved_plan(scenario, 0)
+    streams = Streams(0, "main")
+    n = 4000
+    times = arrival_times(scenario.arrivals, n, streams.generator("arrivals"))
+    bank = CallDrawBank(streams.child("calls"), n)
+    records = Simulation(plan, single_policy(plan.runtime("it")), bank, streams).run(times)
+    requests = requests_frame(records)
+    calls = calls_frame(records)
+    mu, sigma = lognormal_params(1.0, 6.0)
+
+    def cdf(c: float) -> float:
+        return float(norm.cdf((math.log(c) - mu) / sigma))
+
+    def partial_mean(c: float) -> float:  # E[X; X <= c]
+        return math.exp(mu + sigma**2 / 2) * float(norm.cdf((math.log(c) - mu - sigma**2) / sigma))
+
+    t, p = 2.0, cdf(2.0)
+    rooms = [min(t, 6.0 - j * t - 1.0) for j in range(3)]
+    answered = sum((1 - p) ** j * cdf(c) for j, c in enumerate(rooms))
+    mean = (
+        sum((1 - p) ** j * (cdf(c) * (j * t + 1.0) + partial_mean(c)) for j, c in enumerate(rooms))
+        / answered
+    )
+    ok = requests[requests["ok"]]
+    share = len(ok) / n
+    assert abs(share - answered) < 4 * math.sqrt(answered * (1 - answered) / n)
+    latency = ok["latency_s"].to_numpy(float)
+    assert abs(latency.mean() - mean) < 4 * latency.std(ddof=1) / math.sqrt(len(latency))
+    cut = calls[calls["ended_by"] == "first_token"]
+    assert len(cut) > 0
+    np.testing.assert_allclose(cut["end_s"] - cut["start_s"], 2.0, rtol=1e-12)
+    assert (cut["tokens_streamed"] == 0).all()  # billed per billing.cancelled (here: full)
+
+
+def test_the_stream_cuts_run_on_the_event_engine() -> None:
+    for key, feature in (
+        ("first_token_timeout_s", "stream.first_token_timeout"),
+        ("idle_timeout_s", "stream.idle_timeout"),
+    ):
+        scenario = one_step(stalled(), {"kind": "cut", "cutoff": 5.0, key: 1.0})
+        policy = compile_scenario(scenario).policies["it"]
+        assert feature in {f.name for f in policy.features}
+        assert qualify.qualifies(policy)[0] is False

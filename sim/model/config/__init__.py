@@ -45,6 +45,7 @@ from sim.model.config.policies import (
     RouterPolicy,
     ShedSpec,
     StepOverride,
+    StreamCuts,
     WaitPolicy,
 )
 from sim.model.config.providers import (
@@ -139,6 +140,7 @@ __all__ = [
     "StepOverride",
     "StepPolicyError",
     "StepSpec",
+    "StreamCuts",
     "SweepSpec",
     "Threshold",
     "ToolSpec",
