@@ -30,7 +30,7 @@ from sim.policy.deadlines import BUDGETS, BY_DEADLINE
 CALL_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
     "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
-    "retry_after_s", "quota_tokens", "sdk_retry", "valid", "ended_by", "orphan",
+    "retry_after_s", "quota_tokens", "sdk_retry", "valid", "ended_by", "orphan", "tokens_streamed",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
@@ -177,6 +177,7 @@ _CALL_FIELDS = (
     ("end", "f8"), ("outcome", "O"), ("billed_input", "i8"), ("billed_output", "i8"),
     ("cost", "f8"), ("retry_after", "f8"), ("quota_tokens", "i8"), ("sdk_retry", "i8"),
     ("valid", "?"), ("ended_by", "O"), ("run.given_up_at", "f8"), ("overhead", "f8"),
+    ("tokens_streamed", "i8"),
 )  # fmt: skip
 #: Run attributes read into the requests table, with their types.
 _RUN_FIELDS = (
@@ -246,6 +247,7 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "valid": c["valid"][order],
             "ended_by": _strings(c["ended_by"], order),
             "orphan": (end > c["run.given_up_at"])[order],
+            "tokens_streamed": c["tokens_streamed"][order],
         },
         copy=False,  # every column is a fresh array already
     )

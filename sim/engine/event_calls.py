@@ -4,9 +4,10 @@
 AIMD queue), the limits its step's budgets give it (`StepHandle.attempt_limits`; only off the
 fast path), its draws from the bank (common random numbers: first token, generation, stall,
 outcome; the request's difficulty, a hard request's junk and longer answer, the answer's length
-cut at `max_tokens`), the call on its provider (`serve`: quota admission or a 429 with its
-Retry-After, the queue for a slot, service stretched by load and bad spells, the cut, an
-interrupt's cancellation, client overhead, the bill), the answer's check (truncation, the
+cut at `max_tokens`; a stall's place and a mid-stream break from their own streams), the call on
+its provider (`sim.engine.event_serve.serve`: quota admission or a 429 with its Retry-After, the
+queue for a slot, service stretched by load and bad spells, its stream, the cut, an interrupt's
+cancellation, client overhead, the bill), the answer's check (truncation, the
 step's validator), its record and the label of what cut it, and the SDK's hidden retries. What
 every call on a provider shares (slots, quotas, client rules) is `sim.engine.provider.Provider`,
 apart only because with it this module would pass the 600-line limit. This is the engine's hot
@@ -17,30 +18,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import simpy
 
+from sim.engine.event_serve import serve
 from sim.engine.event_steps import NO_LIMITS, AttemptLimits, Flight, StepHandle
-from sim.engine.kernel import SAME_INSTANT, Environment
+from sim.engine.kernel import Environment
 from sim.engine.provider import Provider
 from sim.model.backoff import sdk_wait
 from sim.model.conditions import difficulty_factors
 from sim.model.config import ValidatorSpec
 from sim.model.hardness import hard_tokens
-from sim.model.latency import ERROR, INVALID, OK, U_OUTCOME, CallDraws, CallLatency, LogNormal
+from sim.model.latency import (
+    BROKEN,
+    OK,
+    U_OUTCOME,
+    CallDraws,
+    CallLatency,
+    LogNormal,
+)
 from sim.model.rows import (
     OUTCOME_CANCELLED,
-    OUTCOME_ERROR,
     OUTCOME_INVALID,
     OUTCOME_OK,
-    OUTCOME_RATE_LIMITED,
     OUTCOME_TIMEOUT,
     OUTCOME_TRUNCATED,
     Call,
     Run,
 )
+from sim.model.stream import BREAK, BREAK_AT, ONSET, PLACE
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step
 from sim.plan import Plan
@@ -48,8 +57,7 @@ from sim.policy.controls import OUTCOME_BREAKER_OPEN, Controls
 from sim.policy.deadlines import BY_ADMISSION, BY_SDK
 from sim.policy.plans import Attempt
 
-_DRAWN = {OK: OUTCOME_OK, ERROR: OUTCOME_ERROR, INVALID: OUTCOME_INVALID}
-_INF = math.inf
+__all__ = ["CallMaker", "serve"]  # serve: a call on its provider (`sim.engine.event_serve`)
 
 
 class CallMaker:
@@ -108,7 +116,7 @@ class CallMaker:
             if limits is None:  # refused: the time left cannot fund it
                 return None
             if limits.give_up_after != plan.give_up_after:
-                plan = Attempt(plan.provider, plan.model, limits.give_up_after)
+                plan = replace(plan, give_up_after=limits.give_up_after)
         provider = self.providers[plan.provider]
         call, ttft, generation, stall, drawn, truncated = self._prepare(
             handle, provider, attempt, plan, 0
@@ -120,12 +128,13 @@ class CallMaker:
         if timeout is not None and (cut is None or timeout < cut):  # the client's own timeout
             cut, by_sdk = timeout, True
         try:
-            if handle.plain:
+            if handle.plain and plan.first_token_after is None and plan.idle_after is None:
                 yield from serve(provider, call, ttft, generation, stall, drawn, cut)
             else:
                 yield from serve(
                     provider, call, ttft, generation, stall, drawn, cut,
                     limits.queue, limits.start_by, limits.service,
+                    plan.first_token_after, plan.idle_after,
                 )  # fmt: skip
             if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
                 call.ended_by = BY_SDK
@@ -226,7 +235,10 @@ class CallMaker:
             call.reserved = step.reserved_output  # (a keyword costs more than this assignment)
             if sdk:
                 call.sdk_retry = sdk
-            return call, ttft, draws.generation[i], draws.stall[i], draws.outcome[i], False
+            stall = draws.stall[i]
+            if stall:  # a mid-stream stall: its onset, from a stream of its own
+                call.onset = self.bank.uniform(i, ONSET, step.id, attempt, resend, sdk)
+            return call, ttft, draws.generation[i], stall, draws.outcome[i], False
         ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
@@ -266,6 +278,22 @@ class CallMaker:
         if provider.spell_error_rate > 0:
             call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, resend, sdk)
         stall = draws.stall[i]
+        latency = self.latencies[(plan.provider, plan.model)]
+        if stall:  # its place: before the first token (delays it) or mid-stream (an onset)
+            if latency.stall_before > 0 and (
+                latency.stall_before >= 1
+                or bank.uniform(i, PLACE, step.id, attempt, resend, sdk) < latency.stall_before
+            ):
+                ttft, stall = ttft + stall, 0.0
+            else:
+                call.onset = bank.uniform(i, ONSET, step.id, attempt, resend, sdk)
+        if (  # the stream breaks after a share of it
+            latency.break_rate > 0
+            and drawn == OK
+            and bank.uniform(i, BREAK, step.id, attempt, resend, sdk) < latency.break_rate
+        ):
+            drawn = BROKEN
+            call.broken_at = bank.uniform(i, BREAK_AT, step.id, attempt, resend, sdk)
         if self.keeps_flights:
             handle.flights[attempt] = Flight(call, ttft, generation, stall)
         return call, ttft, generation, stall, drawn, truncated
@@ -288,6 +316,7 @@ class CallMaker:
             and provider.overhead is None
             and not provider.spell_error_rate > 0
             and not self.keeps_flights
+            and not latency.streams
         )
         slot = (draws, prefill if latency.ttft_s_per_ktok > 0 else 0.0, as_drawn)
         self._slots[(plan.provider, plan.model, step.index, attempt, resend, sdk)] = slot
@@ -383,12 +412,13 @@ class CallMaker:
             if timeout is not None and (cut is None or timeout < cut):
                 cut, by_sdk = timeout, True
             try:
-                if handle.plain:
+                if handle.plain and plan.first_token_after is None and plan.idle_after is None:
                     yield from serve(provider, call, ttft, generation, stall, drawn, cut)
                 else:
                     yield from serve(
                         provider, call, ttft, generation, stall, drawn, cut,
                         limits.queue, limits.start_by, limits.service,
+                        plan.first_token_after, plan.idle_after,
                     )  # fmt: skip
                 if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
                     call.ended_by = BY_SDK
@@ -401,183 +431,6 @@ class CallMaker:
                 self.calls.append(call)
             self._label(handle, call, attempt, limits.by)
         return call
-
-
-def serve(
-    provider: Provider,
-    call: Call,
-    ttft: float,
-    generation: float,
-    stall: float,
-    drawn: int,
-    give_up_after: float | None,
-    queue_limit: float | None = None,
-    start_by: float = math.inf,
-    service_limit: float | None = None,
-) -> Generator[simpy.Event, Any, Call]:
-    """Live one call on `provider` to its end and return it with outcome, times and bill.
-
-    Sent (a 429 if over a quota, with the Retry-After the provider would send), queued for a
-    slot, served (stretched by load and bad spells when those are on), first token, generating,
-    then done or cancelled. `give_up_after` (seconds from the call's start) cuts the call with
-    outcome 'timeout'. `queue_limit` (seconds) abandons it if no slot is free by then
-    (`ended_by` 'queue'); a call granted its slot after the time `start_by` (picked up too late
-    to finish in time) refuses to start (`ended_by` 'admission', never served); `service_limit`
-    (seconds from the slot grant) cuts it with outcome 'timeout' (`ended_by` 'attempt'). An
-    `Interrupt` (race loser, deadline) ends it with outcome 'cancelled' and the interrupt's
-    cause as `ended_by`. A call stopped after it got a slot is billed per `billing.cancelled`.
-    With client overhead, its held part holds the slot before the first token and the rest
-    delays what the caller sees after the slot is freed (`_late`).
-
-    One generator of about 100 lines on purpose: the slot is taken and given back in one
-    try/finally, so an interrupt at any of its yields releases the slot (or leaves the queue)
-    in one place, and it is the event engine's hottest path (split into sub-generators, each
-    call would pay a `yield from` per stage).
-    """
-    env = provider.env
-    charge = call.reserved if provider.reserve else call.output_tokens
-    tokens = call.input_tokens + charge
-    if not provider.limited or (
-        not provider.model_quotas and provider.quota.admit(env.now, tokens, call.input_tokens)
-    ):
-        call.quota_tokens = tokens
-    elif not provider.admit(call, charge):  # per-model quotas, or a 429 (Retry-After set)
-        call.queue = 0.0
-        if call.overhead:  # the client sees the 429 after its whole overhead
-            left = _INF if give_up_after is None else give_up_after
-            return (yield from _late(provider, call, OUTCOME_RATE_LIMITED, call.overhead, left, ""))
-        return _end(provider, call, OUTCOME_RATE_LIMITED)
-    slots = provider.slots
-    granted = slots.count < slots.capacity and not slots.queue
-    slot: simpy.Event | None = None
-    if granted:  # a free slot and nobody queued: taken at once (`Slots.take`, inlined)
-        slots.count += 1
-    served_at = math.nan
-    released = False  # the slot was given back before the call's end (overhead after it)
-    try:
-        if not granted:
-            slot = slots.wait()
-        if slot is not None and not slot.triggered:
-            wait_limit = give_up_after
-            by_queue = queue_limit is not None and (
-                give_up_after is None or queue_limit < give_up_after
-            )
-            if by_queue:
-                wait_limit = queue_limit
-            if wait_limit is None:
-                yield slot
-            else:
-                yield slot | env.timeout(wait_limit)
-                if not slot.triggered:  # cut while still queued: never served
-                    call.queue = env.now - call.start
-                    if by_queue:
-                        call.ended_by = "queue"
-                    return _end(provider, call, OUTCOME_TIMEOUT)
-        served_at = env.now
-        call.queue = served_at - call.start
-        if provider.shaped:
-            factor, spell = provider.stretch()
-            ttft, generation = ttft * factor, generation * factor
-            if spell and drawn != ERROR and call.spell_u < provider.spell_error_rate:
-                drawn = ERROR
-        after = 0.0
-        if call.overhead:  # the held part delays the first token; the rest comes after
-            held = call.overhead * provider.overhead_held
-            after = call.overhead - held
-            ttft += held
-        service = ttft if drawn != OK else ttft + generation + stall
-        queued = call.queue
-        left = _INF if give_up_after is None else give_up_after - queued
-        if service_limit is not None and service_limit < left:
-            left = service_limit
-            call.ended_by = "attempt"  # kept only if this limit cuts the call
-        if left < _INF and left <= SAME_INSTANT * (queued if queued > 1.0 else 1.0):
-            # granted its slot at its give-up instant (up to rounding): cut, never served
-            return _end(provider, call, OUTCOME_TIMEOUT)
-        if served_at >= start_by:  # picked up too late to finish: refuses to start
-            call.ended_by = "admission"
-            return _end(provider, call, OUTCOME_TIMEOUT)
-        if service <= left:
-            cut_by, call.ended_by = call.ended_by, ""
-            yield env.timeout(service)
-            if drawn == OK:  # an answer: billed input and output
-                call.ttft = ttft
-                call.billed_input, call.billed_output = call.input_tokens, call.output_tokens
-            elif drawn == INVALID:  # junk: billed its input; an error bills nothing
-                call.ttft = ttft
-                call.billed_input = call.input_tokens
-            if after > 0.0:  # served: the slot is free, the caller sees it `after` later
-                released = True
-                slots.release()
-                left -= service
-                return (yield from _late(provider, call, _DRAWN[drawn], after, left, cut_by))
-            # its end (as `_end`, written out: nearly every call ends here)
-            call.end, call.outcome = env.now, _DRAWN[drawn]
-            serving = provider.serving[call.model]
-            call.cost = (
-                call.billed_input * serving.price_input + call.billed_output * serving.price_output
-            )
-            return call
-        yield env.timeout(left)
-        _bill_cut(provider, call, drawn, ttft, generation + stall, env.now - served_at)
-        return _end(provider, call, OUTCOME_TIMEOUT)
-    except simpy.Interrupt as stop:
-        call.ended_by = str(stop.cause)
-        if math.isnan(served_at) or env.now == served_at:  # never served for any time
-            call.queue = env.now - call.start
-        else:
-            _bill_cut(provider, call, drawn, ttft, generation + stall, env.now - served_at)
-        return _end(provider, call, OUTCOME_CANCELLED)
-    finally:
-        if released:
-            pass
-        elif slot is None or slot.triggered:  # held a slot (or was just granted one)
-            slots.release()
-        else:  # still queued: leave the queue, so it never takes a slot later
-            slots.cancel(slot)
-
-
-def _late(
-    provider: Provider, call: Call, outcome: str, delay: float, left: float, cut_by: str
-) -> Generator[simpy.Event, Any, Call]:
-    """The end of a call the caller sees `delay` seconds (client overhead) after the provider
-    is done with it: `outcome` then; a timeout (`ended_by` `cut_by`) if the client's cut, `left`
-    seconds away, comes first; cancelled if interrupted. Billed as the provider billed it."""
-    env = provider.env
-    try:
-        if delay <= left:
-            yield env.timeout(delay)
-        else:
-            yield env.timeout(max(left, 0.0))
-            outcome, call.ended_by = OUTCOME_TIMEOUT, cut_by
-    except simpy.Interrupt as stop:
-        outcome, call.ended_by = OUTCOME_CANCELLED, str(stop.cause)
-    return _end(provider, call, outcome)
-
-
-def _end(provider: Provider, call: Call, outcome: str) -> Call:
-    """A call ends now with `outcome`, costed at its model's prices on this provider."""
-    call.end = provider.env.now
-    call.outcome = outcome
-    serving = provider.serving[call.model]
-    call.cost = call.billed_input * serving.price_input + call.billed_output * serving.price_output
-    return call
-
-
-def _bill_cut(
-    provider: Provider, call: Call, drawn: int, ttft: float, generating: float, elapsed: float
-) -> None:
-    """A call stopped after it got a slot: billed per the scenario's `billing.cancelled`."""
-    if provider.billing == "none" or drawn == ERROR:
-        return
-    call.billed_input = call.input_tokens
-    if drawn == INVALID:
-        return
-    if provider.billing == "full":
-        call.billed_output = call.output_tokens
-    elif elapsed > ttft:
-        done = min(1.0, (elapsed - ttft) / generating) if generating > 0 else 1.0
-        call.billed_output = int(call.output_tokens * done)
 
 
 def _sleep(env: simpy.Environment, seconds: float) -> Generator[simpy.Event, Any, bool]:

@@ -30,6 +30,7 @@ from sim.model.rows import (
     OUTCOME_TIMEOUT,
     OUTCOMES,
 )
+from sim.model.stream import streamed_shares
 from sim.model.workflow import Step, Workflow
 from sim.policy.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, BY_SDK, ENDED_BY
 from sim.policy.plans import Attempt
@@ -73,6 +74,7 @@ class CallArrays:
     cost: np.ndarray
     quota_tokens: np.ndarray  # int64 tokens the quota took at admission
     ended_by: np.ndarray  # int8 index into ENDED_BY: what ended it early (0: nothing)
+    tokens_streamed: np.ndarray  # int64 output tokens of its answer received before its end
     #: int64 SDK retry (0: the policy's call) and the call's overhead seconds; None: every
     #: call 0 (no provider's client acts on its own)
     sdk_retry: np.ndarray | None = None
@@ -99,6 +101,9 @@ class _Chunk:
     deadline: np.ndarray  # the run's deadline
     input_tokens: int
     output_tokens: int
+    #: Its stream (`sim.model.stream`), None without stalls: generation without the stall,
+    #: the stall (0: none) and its onset (a share of the tokens; NaN: none).
+    stream: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
@@ -126,8 +131,25 @@ _DTYPES = {
     "request": np.int64, "step": np.int32, "attempt": np.int32, "provider": np.int32,
     "model": np.int32, "start": float, "end": float, "ttft": float, "outcome": np.int8,
     "billed_input": np.int64, "billed_output": np.int64, "cost": float,
-    "quota_tokens": np.int64, "ended_by": np.int8,
+    "quota_tokens": np.int64, "ended_by": np.int8, "tokens_streamed": np.int64,
 }  # fmt: skip
+#: Raw fields of a chunk's stream (`_Chunk.stream`), as `_settle` reads them.
+_STREAM = ("generation", "stall", "onset")
+
+
+def stream_fields(chunk: _Chunk, which: np.ndarray | slice) -> dict[str, np.ndarray]:
+    """A chunk's stream fields (`_STREAM`) at `which`: without stalls, its `generating`, no
+    stall and no onset."""
+    if chunk.stream is not None:
+        return {name: values[which] for name, values in zip(_STREAM, chunk.stream, strict=True)}
+    generation = chunk.generating[which]
+    return {
+        "generation": generation,
+        "stall": np.zeros(len(generation)),
+        "onset": np.full(len(generation), np.nan),
+    }
+
+
 #: The columns a clients' chunk adds (`CallArrays.sdk_retry`, `.overhead`).
 _CLIENT_DTYPES = {"sdk_retry": np.int64, "overhead": float}
 
@@ -184,6 +206,7 @@ class CallLog:
             if len(local):
                 positions.append(local + offset)
                 part = {name: getattr(c, name)[local] for name in names}
+                part.update(stream_fields(c, local))
                 part["request"] = c.rows[local]
                 for name in ("step", "model", "output_tokens"):
                     part[name] = np.full(len(local), getattr(c, name), dtype=np.int64)
@@ -210,6 +233,8 @@ class VectorCalls:
     _hard: np.ndarray | None
     #: A client's attempt logged (`sim.engine.vector_client.VectorClient._client_log`).
     _client_log: Callable[..., None]
+    #: A call slot's stream for some rows (`sim.engine.vector_draws.VectorDraws._call_stream`).
+    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray] | None]
 
     def _log(
         self,
@@ -236,12 +261,14 @@ class VectorCalls:
             groups = self.hardness.token_groups(  # type: ignore[union-attr]
                 plan.model, self._hard[rows], step.output_tokens
             )
+        stream = self._call_stream(step, attempt, plan, rows)
         for which, tokens in groups:  # a hard request's calls: their own (longer) answers
             part = (lambda a: a) if which is None else (lambda a, w=which: a[w])
             chunk = _Chunk(
                 part(rows), step.index, attempt, provider, model, part(start), part(natural),
                 part(kind), part(drawn), part(ttft), part(generating), part(cancel_at),
                 part(deadline), step.input_tokens, tokens,
+                None if stream is None else tuple(part(a) for a in stream),  # type: ignore[arg-type]
             )  # fmt: skip
             self.log.add(chunk)
 
@@ -262,6 +289,7 @@ class VectorCalls:
         np.take(ins * price_in + outs * price_out, drawn, out=out["cost"])
         out["quota_tokens"].fill(chunk.input_tokens + chunk.output_tokens)
         out["ended_by"].fill(E_NONE)
+        np.take(outs, drawn, out=out["tokens_streamed"])
         cancel_at = chunk.cancel_at
         cancelled = cancel_at < np.inf
         odd = chunk.kind != K_NATURAL  # cut at give-up or unserved (or in an after part)
@@ -278,15 +306,24 @@ class VectorCalls:
             free = cancelled if self.billing == "none" else cancelled & ~(cancel_at > chunk.start)
             for name in ("billed_input", "billed_output", "cost"):
                 put_masked(out[name], free, 0)
+            gone = np.flatnonzero(cancelled)
+            if len(gone):  # what they streamed by their cancellation
+                fields = stream_fields(chunk, gone)
+                out["tokens_streamed"][gone] = _streamed(
+                    drawn[gone], chunk.ttft[gone], cancel_at[gone] - chunk.start[gone],
+                    fields, np.int64(chunk.output_tokens),
+                )  # fmt: skip
             odd &= ~cancelled
         else:
             odd |= cancelled
         special = np.flatnonzero(odd)
         if len(special):
             settle, names = (self._settle_client, _CLIENT_RAW) if client else (self._settle, _RAW)
+            raw = {name: getattr(chunk, name)[special] for name in names}
+            raw.update(stream_fields(chunk, special))
             settled = settle(
-                {name: getattr(chunk, name)[special] for name in names},
-                np.int64(chunk.input_tokens), np.int64(chunk.output_tokens), price_in, price_out,
+                raw, np.int64(chunk.input_tokens), np.int64(chunk.output_tokens), price_in,
+                price_out,
             )  # fmt: skip
             for name, values in settled.items():
                 out[name][special] = values
@@ -324,7 +361,7 @@ class VectorCalls:
             prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
             settle = self._settle_client if client else self._settle
             settled = settle(
-                {name: raw[name] for name in (_CLIENT_RAW if client else _RAW)},
+                {name: raw[name] for name in (*(_CLIENT_RAW if client else _RAW), *_STREAM)},
                 input_tokens, output_tokens, prices[:, 0], prices[:, 1], closed,
             )  # fmt: skip
             for name, values in settled.items():
@@ -374,12 +411,13 @@ class VectorCalls:
         billed_out = np.where(ran & (drawn == OK), output_tokens, 0).astype(np.int64)
         # stopped after holding a slot for some time: cut at give-up, or cancelled
         stopped = (~cancelled & (kind == K_CUT)) | (cancelled & (end > start))
-        cut_in, cut_out = self._bill_cut(
-            drawn, raw["ttft"], raw["generating"], end - start, input_tokens, output_tokens
-        )
+        streamed = _streamed(drawn, raw["ttft"], end - start, raw, output_tokens)
+        cut_in, cut_out = self._bill_cut(drawn, streamed, input_tokens, output_tokens)
         billed_in = np.where(stopped, cut_in, billed_in)
         billed_out = np.where(stopped, cut_out, billed_out)
+        whole = np.where(ran & (drawn == OK), output_tokens, 0)
         return {
+            "tokens_streamed": np.where(stopped, streamed, whole).astype(np.int64),
             "end": end,
             "ttft": np.where(ran & (drawn != ERROR), raw["ttft"], np.nan),
             "outcome": outcome,
@@ -428,12 +466,13 @@ class VectorCalls:
         billed_out = np.where(served_whole & (drawn == OK), output_tokens, 0).astype(np.int64)
         # stopped in service after holding its slot for some time: cut there, or cancelled
         stopped = (~cancelled & (kind == K_CUT)) | (cancelled & ~late & (end > start))
-        cut_in, cut_out = self._bill_cut(
-            drawn, raw["ttft"], raw["generating"], end - start, input_tokens, output_tokens
-        )
+        streamed = _streamed(drawn, raw["ttft"], end - start, raw, output_tokens)
+        cut_in, cut_out = self._bill_cut(drawn, streamed, input_tokens, output_tokens)
         billed_in = np.where(stopped, cut_in, billed_in)
         billed_out = np.where(stopped, cut_out, billed_out)
+        whole = np.where(served_whole & (drawn == OK), output_tokens, 0)
         return {
+            "tokens_streamed": np.where(stopped, streamed, whole).astype(np.int64),
             "end": end,
             "ttft": np.where(served_whole & (drawn != ERROR), raw["ttft"], np.nan),
             "outcome": outcome,
@@ -446,28 +485,34 @@ class VectorCalls:
     def _bill_cut(
         self,
         drawn: np.ndarray,
-        ttft: np.ndarray,
-        generating: np.ndarray,
-        elapsed: np.ndarray,
+        streamed: np.ndarray,
         input_tokens: np.ndarray,
         output_tokens: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """`Provider._bill_cut` over arrays: (billed input, billed output)."""
+        """`event_calls._bill_cut` over arrays, given what each call streamed (`_streamed`):
+        (billed input, billed output)."""
         zero = np.zeros(len(drawn), dtype=np.int64)
         if self.billing == "none":
             return zero, zero
         billed_in = np.where(drawn != ERROR, input_tokens, 0)
         if self.billing == "full":
             return billed_in, np.where(drawn == OK, output_tokens, 0)
-        positive = generating > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(
-                positive,
-                np.minimum(1.0, (elapsed - ttft) / np.where(positive, generating, 1.0)),
-                1.0,
-            )
-        produced = (output_tokens * share).astype(np.int64)
-        return billed_in, np.where((drawn == OK) & (elapsed > ttft), produced, 0)
+        return billed_in, streamed
+
+
+def _streamed(
+    drawn: np.ndarray,
+    ttft: np.ndarray,
+    elapsed: np.ndarray,
+    stream: dict[str, np.ndarray],
+    output_tokens: np.ndarray,
+) -> np.ndarray:
+    """The output tokens each call stopped `elapsed` seconds into its service had received
+    (`sim.model.stream.streamed_shares`; none before its first token, none of junk or errors)."""
+    x = elapsed - ttft
+    share = streamed_shares(x, stream["generation"], stream["stall"], stream["onset"])
+    produced = (output_tokens * share).astype(np.int64)
+    return np.where((drawn == OK) & (elapsed > ttft), produced, 0)
 
 
 def put_masked(out: np.ndarray, mask: np.ndarray, value: np.ndarray | float) -> None:

@@ -145,6 +145,8 @@ class VectorClient:
     _probed_client: set[tuple[str | int, ...]]
     #: A call slot's draws (`VectorDraws._draws`).
     _draws: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    #: A call slot's stream (`VectorDraws._call_stream`).
+    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray] | None]
 
     def _client_attempt(
         self,
@@ -309,8 +311,11 @@ class VectorClient:
                 "overhead": call.overhead, "tail": tail,
             }  # fmt: skip
             kept = {name: values[keep] for name, values in fields.items()}
+            stream = self._call_stream(step, attempt, plan, its, call.sdk)
             for which, tokens in groups:  # a hard request's calls: their own (longer) answers
                 part = kept if which is None else {n: v[which] for n, v in kept.items()}
+                if stream is not None:
+                    part["stream"] = tuple(a if which is None else a[which] for a in stream)
                 self.log.add(
                     ClientChunk(
                         its if which is None else its[which],

@@ -43,6 +43,7 @@ from sim.model.latency import (
     Distribution,
     LogNormal,
 )
+from sim.model.stream import ONSET
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
 from sim.policy.plans import Attempt
@@ -111,6 +112,26 @@ class VectorDraws:
         if self._hard is not None and plan.model in self.hardness.effects:  # type: ignore[union-attr]
             self._harden(plan, rows, v, drawn, generation, step.output_tokens)
         return ttft, generation, stalled, extra, drawn
+
+    def _call_stream(
+        self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, sdk: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """This call slot's stream for `rows` (None when its law has no stalls): generation
+        without the stall, the stall (0: none) and its onset share (NaN: none), from the onset's
+        own stream (`sim.model.stream.ONSET`) as the event engine draws it."""
+        latency = self.latencies[(plan.provider, plan.model)]
+        if latency.stall_extra is None or not latency.stall_probability > 0:
+            return None
+        if latency.streams:
+            raise UnsupportedError("a stall before the first token or a mid-stream break")
+        _, generation, stalled, extra, _ = self._draws(step, attempt, plan, rows, sdk)
+        stall = np.zeros(len(rows))
+        onset = np.full(len(rows), np.nan)
+        if len(stalled):
+            stall[stalled] = extra
+            column = self.bank.uniform_column((ONSET, step.id, attempt, 0, sdk))
+            onset[stalled] = np.asarray(column)[rows[stalled]]
+        return generation, stall, onset
 
     def _harden(
         self,

@@ -83,6 +83,7 @@ def _call_table(plan: Plan, policy: str, calls: CallArrays) -> pd.DataFrame:
             "valid": np.ones(count, dtype=bool),  # no validator: junk is caught, never delivered
             "ended_by": _named(ENDED_BY, calls.ended_by[order]),
             "orphan": np.zeros(count, dtype=bool),  # the deadline propagates (whitelisted)
+            "tokens_streamed": calls.tokens_streamed[order].astype(np.int64, copy=False),
         },
         columns=list(CALL_COLUMNS),
         copy=False,  # every column is a fresh array: no copy, no consolidating copy either

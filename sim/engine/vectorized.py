@@ -257,6 +257,7 @@ class VectorizedSimulation(VectorSteps, VectorDraws, VectorClient, VectorCalls):
             "cost": np.asarray([c.cost for c in theirs], dtype=float),
             "quota_tokens": np.asarray([c.quota_tokens for c in theirs], dtype=np.int64),
             "ended_by": np.asarray([ENDED_BY.index(c.ended_by) for c in theirs], dtype=np.int8),
+            "tokens_streamed": np.asarray([c.tokens_streamed for c in theirs], dtype=np.int64),
         }
         if calls.sdk_retry is not None:  # a client's calls: their SDK retries and overheads
             replayed["sdk_retry"] = np.asarray([c.sdk_retry for c in theirs], dtype=np.int64)

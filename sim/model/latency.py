@@ -188,6 +188,9 @@ U_TTFT, U_SPEED, U_STALL, U_STALL_EXTRA, U_OUTCOME = range(5)
 UNIFORMS_PER_CALL = 5
 
 OK, ERROR, INVALID = 0, 1, 2
+#: A drawn outcome set by the engine (never by `CallLatency.draw`): an answer whose stream
+#: breaks after a share of its tokens (`mid_stream_error_rate`).
+BROKEN = 3
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,8 @@ class CallLatency:
     error_rate: float
     invalid_rate: float
     ttft_s_per_ktok: float = 0.0  # prefill: first-token seconds added per 1000 input tokens
+    stall_before: float = 0.0  # the share of stalls before the first token (else mid-stream)
+    break_rate: float = 0.0  # an answer's stream breaks mid-way (`mid_stream_error_rate`)
 
     @classmethod
     def from_spec(cls, spec: ServingSpec) -> CallLatency:
@@ -224,12 +229,21 @@ class CallLatency:
             error_rate=spec.error_rate,
             invalid_rate=spec.invalid_rate,
             ttft_s_per_ktok=spec.ttft_s_per_ktok,
+            stall_before=stall.before_share if stall else 0.0,
+            break_rate=spec.mid_stream_error_rate,
         )
+
+    @property
+    def streams(self) -> bool:
+        """Its stalls may come before the first token or its answers break mid-stream: a call's
+        draws need the stream's own draws (`sim.model.stream`) beyond the uniform block."""
+        return self.break_rate > 0 or (self.stall_probability > 0 and self.stall_before > 0)
 
     def draw(self, u: np.ndarray, output_tokens: int) -> CallDraws:
         """Turn an (n, 5) block of uniforms into n calls' first-token, generation and stall times.
 
-        A stall happens mid-generation (the tail lives in generation, not in the first token).
+        A stall's place (mid-stream by default, onset uniform over the output tokens) and a
+        mid-stream break are drawn by the engine from streams of their own (`sim.model.stream`).
         """
         ttft = self.ttft.from_uniform(u[:, U_TTFT])
         speed = self.tokens_per_s.from_uniform(u[:, U_SPEED])

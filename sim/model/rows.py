@@ -23,6 +23,7 @@ OUTCOME_TIMEOUT = "timeout"
 OUTCOME_CANCELLED = "cancelled"
 OUTCOME_RATE_LIMITED = "rate_limited"
 OUTCOME_TRUNCATED = "truncated"  # cut at the step's max_tokens: invalid, caught for free
+OUTCOME_BROKEN = "broken"  # the answer's stream broke mid-way (`mid_stream_error_rate`)
 OUTCOMES = (
     OUTCOME_OK,
     OUTCOME_INVALID,
@@ -31,6 +32,7 @@ OUTCOMES = (
     OUTCOME_CANCELLED,
     OUTCOME_RATE_LIMITED,
     OUTCOME_TRUNCATED,
+    OUTCOME_BROKEN,  # appended: the codes before it do not move
 )
 
 #: `fail_reason` of a run still going at its deadline.
@@ -80,6 +82,9 @@ class Call:
     spell_u: float = 1.0  # the call's uniform for a bad spell's extra hard error
     valid: bool = True  # False: an invalid answer the step's validator let through (outcome ok)
     ended_by: str = ""  # the budget or event that ended it early ("" if it ended on its own)
+    tokens_streamed: int = 0  # output tokens of its answer received before it ended
+    onset: float = math.nan  # a mid-stream stall's onset, as a share of the output tokens
+    broken_at: float = math.nan  # the share of the output tokens after which its stream breaks
 
 
 class Clock(Protocol):

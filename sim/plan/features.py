@@ -37,7 +37,9 @@ from sim.model.config import (
     Scenario,
     ServingSpec,
     StallSpec,
+    StallWhereSpec,
     StepSpec,
+    StreamCuts,
     WhenHardSpec,
     WorkflowSpec,
 )
@@ -51,6 +53,7 @@ from sim.model.latency import (
 )
 from sim.plan.plan import Feature
 from sim.policy.kinds import KINDS, kind_of
+from sim.policy.kinds.base import STREAM_CUT_FIELDS
 
 #: A field whose value is walked for features of its own (or that changes nothing an engine
 #: does, when it holds no spec).
@@ -102,7 +105,10 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
     (ServingSpec, "input_tpm"): "quota.model",
     (ServingSpec, "output_tpm"): "quota.model",
     (ServingSpec, "ttft_s_per_ktok"): "prefill",
+    (ServingSpec, "mid_stream_error_rate"): "stream.mid_stream_error",
     **_neutral(StallSpec, "probability", "extra_s"),
+    (StallSpec, "where"): "stream.stall_where",
+    **_neutral(StallWhereSpec, "before_first_token"),
     **_neutral(DistSpec, "dist", "median", "p99", "mu", "sigma", "mean", "value", "file",
                "column", "max"),
     (WorkflowSpec, "steps"): NEUTRAL,
@@ -123,6 +129,8 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
     (PolicyBase, "controls"): "policy.controls",
     (PolicyBase, "propagate_deadline"): "deadline.no_propagation",
     (PolicyBase, "admission"): "deadline.admission",
+    # the cuts that watch the stream, as the mixin declares them (each kind's own copy below)
+    **{(StreamCuts, field): feature for field, feature in STREAM_CUT_FIELDS.items()},
 }  # fmt: skip
 FIELD_FEATURES.update(
     {(kind.spec, field): feature for kind in KINDS.values() if kind.vector_fields is not None

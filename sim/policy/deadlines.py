@@ -22,9 +22,11 @@ BY_LOSER = "loser"  # a race or hedge attempt cancelled because another answered
 BY_RUN = "run"  # cancelled because its run failed elsewhere (a required step)
 BY_DISCONNECT = "disconnect"  # cancelled because the caller hung up
 BY_SDK = "sdk"  # cut by the provider client's own per-attempt timeout (sdk.timeout_s)
+BY_TTFT = "first_token"  # no first token by the attempt's first_token_timeout_s
+BY_IDLE = "idle"  # no token for the attempt's idle_timeout_s (a mid-stream stall)
 ENDED_BY = (
     "", BY_QUEUE, BY_ATTEMPT, BY_STEP, BY_DEADLINE, BY_ADMISSION, BY_LOSER, BY_RUN, BY_DISCONNECT,
-    BY_SDK,
+    BY_SDK, BY_TTFT, BY_IDLE,
 )  # fmt: skip
 #: The budgets the summary's breach_* columns count, in order.
 BUDGETS = (BY_QUEUE, BY_ATTEMPT, BY_STEP, BY_DEADLINE)

@@ -26,11 +26,15 @@ StepGenerator = Generator[simpy.Event, Any, bool]
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """Where and how long one attempt runs: provider, model, cut after `give_up_after` seconds."""
+    """Where and how long one attempt runs: provider, model, cut after `give_up_after` seconds;
+    the cuts that watch its stream: no first token `first_token_after` seconds after it was
+    sent, no token for `idle_after` seconds mid-stream (None: off)."""
 
     provider: str
     model: str
     give_up_after: float | None
+    first_token_after: float | None = None
+    idle_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

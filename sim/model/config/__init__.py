@@ -45,6 +45,7 @@ from sim.model.config.policies import (
     RouterPolicy,
     ShedSpec,
     StepOverride,
+    StreamCuts,
     WaitPolicy,
 )
 from sim.model.config.providers import (
@@ -61,6 +62,7 @@ from sim.model.config.providers import (
     ServingSpec,
     SlowdownSpec,
     StallSpec,
+    StallWhereSpec,
     WhenHardSpec,
 )
 from sim.model.config.references import reference_problems
@@ -134,9 +136,11 @@ __all__ = [
     "SlowdownSpec",
     "Spec",
     "StallSpec",
+    "StallWhereSpec",
     "StepOverride",
     "StepPolicyError",
     "StepSpec",
+    "StreamCuts",
     "SweepSpec",
     "Threshold",
     "ToolSpec",

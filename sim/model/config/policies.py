@@ -191,7 +191,19 @@ class PolicyBase(Spec):
     )
 
 
-class WaitPolicy(PolicyBase):
+class StreamCuts(Spec):
+    """The cuts that watch a call's stream, per attempt: each retries or falls back as the
+    policy's own cut does."""
+
+    first_token_timeout_s: PositiveFloat | None = Field(
+        default=None, description="cut an attempt with no first token this long after its send"
+    )
+    idle_timeout_s: PositiveFloat | None = Field(
+        default=None, description="cut an attempt once no token has come for this long"
+    )
+
+
+class WaitPolicy(StreamCuts, PolicyBase):
     """One attempt at a time, each allowed `timeout_s`, `retries` more after any failure."""
 
     kind: Literal["wait"]
@@ -205,7 +217,7 @@ class WaitPolicy(PolicyBase):
     )
 
 
-class CutPolicy(PolicyBase):
+class CutPolicy(StreamCuts, PolicyBase):
     """As wait, but every attempt is cut at `cutoff` (seconds or a pilot percentile)."""
 
     kind: Literal["cut"]
@@ -217,7 +229,7 @@ class CutPolicy(PolicyBase):
     )
 
 
-class RacePolicy(PolicyBase):
+class RacePolicy(StreamCuts, PolicyBase):
     """`attempts` calls at once over `providers` in turn; the first valid answer wins."""
 
     kind: Literal["race"]
@@ -245,7 +257,7 @@ class HedgePolicy(PolicyBase):
     )
 
 
-class DownshiftPolicy(PolicyBase):
+class DownshiftPolicy(StreamCuts, PolicyBase):
     """Cut the step's model at `cutoff`, then retry on the faster model `to`."""
 
     kind: Literal["downshift"]

@@ -81,11 +81,34 @@ class DistSpec(Spec):
         self._samples = samples
 
 
+class StallWhereSpec(Spec):
+    """A share of each: a stall is before the first token with `before_first_token`, else
+    mid-stream."""
+
+    before_first_token: Probability
+
+
+StallWhere = Literal["mid_stream", "before_first_token"] | StallWhereSpec
+
+
 class StallSpec(Spec):
-    """The transient tail: with `probability`, a call stalls mid-generation for `extra_s`."""
+    """The transient tail: with `probability`, a call stalls for `extra_s`, mid-stream (its onset
+    uniform over the output tokens) or before its first token (`where`)."""
 
     probability: Probability = 0.0
     extra_s: DistSpec
+    where: StallWhere = Field(
+        default="mid_stream",
+        description="mid_stream (onset uniform over the output tokens), before_first_token "
+        "(the stall delays the first token), or {before_first_token: S} (a share of each)",
+    )
+
+    @property
+    def before_share(self) -> float:
+        """The probability that a stall comes before the first token."""
+        if isinstance(self.where, StallWhereSpec):
+            return self.where.before_first_token
+        return 1.0 if self.where == "before_first_token" else 0.0
 
 
 class BackoffSpec(Spec):
@@ -242,6 +265,11 @@ class ServingSpec(Spec):
     stall: StallSpec | None = None
     error_rate: Annotated[float, Field(ge=0, lt=1)] = 0.0
     invalid_rate: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    mid_stream_error_rate: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.0,
+        description="probability that an answer breaks after a uniform share of its output "
+        "tokens (outcome broken)",
+    )
     tpm: QuotaLimit = Field(default=None, description="this model's own tokens per minute")
     rpm: QuotaLimit = Field(default=None, description="this model's own requests per minute")
     input_tpm: QuotaLimit = Field(default=None, description="this model's input tokens/minute")

@@ -28,6 +28,10 @@ from sim.policy.routes import Routes
 Build = Callable[[str, Any, Routes, tuple[Step, ...], dict[str, float]], Policy]
 #: A field of a spec that changes nothing an engine does by itself (its value is walked).
 NEUTRAL = ""
+#: The cuts that watch a call's stream (`sim.model.config.StreamCuts`), each a feature of its own
+#: (the vectorized engine does not run them yet).
+STREAM_CUT_FIELDS = {"first_token_timeout_s": "stream.first_token_timeout",
+                     "idle_timeout_s": "stream.idle_timeout"}  # fmt: skip
 
 
 def _one(spec: Any) -> int:
@@ -127,3 +131,9 @@ def seconds(value: float | str | None, fallback: float | None) -> float | None:
     if fallback is None:
         raise ValueError(f"threshold {value!r} not resolved to seconds (see sim.study.pilot)")
     return fallback
+
+
+def stream_cuts(spec: Any) -> tuple[float | None, float | None]:
+    """A spec's cuts that watch the stream (`first_token_timeout_s`, `idle_timeout_s`), as the
+    `Attempt` fields after `give_up_after`; (None, None) for a kind without them."""
+    return getattr(spec, "first_token_timeout_s", None), getattr(spec, "idle_timeout_s", None)

@@ -7,7 +7,15 @@ from typing import Any
 
 from sim.model.config import BackoffSpec, RacePolicy
 from sim.model.workflow import Step
-from sim.policy.kinds.base import NEUTRAL, Kind, retry_pause, route, settle
+from sim.policy.kinds.base import (
+    NEUTRAL,
+    STREAM_CUT_FIELDS,
+    Kind,
+    retry_pause,
+    route,
+    settle,
+    stream_cuts,
+)
 from sim.policy.plans import Attempt, Policy, StepGenerator, StepRun
 from sim.policy.routes import Routes
 from sim.policy.vector import VectorRun
@@ -73,7 +81,7 @@ def _build(
     for step in steps:
         providers = route(routes, step.model, spec.providers, step.provider)
         one = [
-            Attempt(providers[j % len(providers)], step.model, spec.timeout_s)
+            Attempt(providers[j % len(providers)], step.model, spec.timeout_s, *stream_cuts(spec))
             for j in range(spec.attempts)
         ]
         rounds[step.id] = [one] * (spec.retries + 1)
@@ -88,7 +96,7 @@ RACE = Kind(
     "race", RacePolicy, _build, calls_at_once=_attempts, calls_per_step=_attempts,
     vector_fields={**dict.fromkeys(("kind", "attempts", "providers", "retries", "timeout_s"),
                                    NEUTRAL),
-                   "backoff": "policy.backoff"},
+                   "backoff": "policy.backoff", **STREAM_CUT_FIELDS},
 )  # fmt: skip
 #: The kinds of this module, for the registry.
 KINDS = (RACE,)

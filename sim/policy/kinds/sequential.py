@@ -13,7 +13,7 @@ from typing import Any
 from sim.model.config import BackoffSpec, CutPolicy, DownshiftPolicy, WaitPolicy
 from sim.model.rows import OUTCOME_OK, OUTCOME_RATE_LIMITED
 from sim.model.workflow import Step
-from sim.policy.kinds.base import NEUTRAL, Kind, retry_pause, route
+from sim.policy.kinds.base import NEUTRAL, STREAM_CUT_FIELDS, Kind, retry_pause, route, stream_cuts
 from sim.policy.plans import Attempt, Policy, StepGenerator, StepRun
 from sim.policy.routes import Routes
 from sim.policy.vector import VectorRun
@@ -85,7 +85,7 @@ def _build_wait_or_cut(
         providers = route(routes, step.model, spec.providers, step.provider)
         limit = give_up if isinstance(spec, WaitPolicy) else seconds[step.id]
         plans[step.id] = [
-            Attempt(providers[k % len(providers)], step.model, limit)
+            Attempt(providers[k % len(providers)], step.model, limit, *stream_cuts(spec))
             for k in range(spec.retries + 1)
         ]
     return Sequential(name, plans, spec.backoff)
@@ -107,8 +107,12 @@ def _build_downshift(
             else routes.serving(spec.to)[0]
         )
         providers = route(routes, spec.to, spec.providers, down_default)
-        first = Attempt(step.provider, step.model, seconds[step.id])
-        rest = [Attempt(providers[k % len(providers)], spec.to, None) for k in range(spec.retries)]
+        cuts = stream_cuts(spec)
+        first = Attempt(step.provider, step.model, seconds[step.id], *cuts)
+        rest = [
+            Attempt(providers[k % len(providers)], spec.to, None, *cuts)
+            for k in range(spec.retries)
+        ]
         plans[step.id] = [first, *rest]
     return Sequential(name, plans, spec.backoff)
 
@@ -116,17 +120,17 @@ def _build_downshift(
 WAIT = Kind(
     "wait", WaitPolicy, _build_wait_or_cut,
     vector_fields={**dict.fromkeys(("kind", "timeout_s", "retries", "providers"), NEUTRAL),
-                   "backoff": "policy.backoff"},
+                   "backoff": "policy.backoff", **STREAM_CUT_FIELDS},
 )  # fmt: skip
 CUT = Kind(
     "cut", CutPolicy, _build_wait_or_cut,
     vector_fields={**dict.fromkeys(("kind", "cutoff", "retries", "providers"), NEUTRAL),
-                   "backoff": "policy.backoff"},
+                   "backoff": "policy.backoff", **STREAM_CUT_FIELDS},
 )  # fmt: skip
 DOWNSHIFT = Kind(
     "downshift", DownshiftPolicy, _build_downshift,
     vector_fields={**dict.fromkeys(("kind", "cutoff", "to", "retries", "providers"), NEUTRAL),
-                   "backoff": "policy.backoff"},
+                   "backoff": "policy.backoff", **STREAM_CUT_FIELDS},
 )  # fmt: skip
 #: The kinds of this module, for the registry.
 KINDS = (WAIT, CUT, DOWNSHIFT)

@@ -60,6 +60,7 @@ GOLDEN_REQUESTS = 300
 GOLDEN_SIZE = {"azure-code-burst": 1000, "retry-storm": 1500}  # quota binds; burst covered
 #: hardness: its closed forms need ~200 hard requests to tell shared hardness from fresh draws.
 GOLDEN_SIZE["hardness"] = 2000
+GOLDEN_SIZE["streaming"] = 1000  # 3% of calls stall: enough stalled calls to order the cuts
 #: Half-width of statistical checks, in standard errors.
 Z = 4.0
 #: Lead, in standard errors of the difference, that an ordering asks of the better policy.
@@ -503,6 +504,34 @@ def nines_race_cost_closed_form(result: sim.RunResult) -> None:
     _assert_race_cost_closed_form(result, ("direct", "managed"))
 
 
+def streaming_stream_cuts_end_where_they_should(result: sim.RunResult) -> None:
+    """Exact, per call (no queue: 512 slots at 0.5 runs/s): a first-token cut ends 4 s after
+    its send having streamed nothing; an idle cut ends at least 5 s past its first token, having
+    streamed less than its answer, and bills exactly what it streamed (billing elapsed)."""
+    _assert_uncontended(result)
+    calls = result.calls
+    first = calls[calls["ended_by"] == "first_token"]
+    idle = calls[calls["ended_by"] == "idle"]
+    assert len(first) > 0
+    assert len(idle) > 0
+    assert set(first["policy"]) <= {"first_token", "both"}
+    assert set(idle["policy"]) <= {"idle", "both"}
+    np.testing.assert_allclose(first["end_s"] - first["start_s"], 4.0, rtol=1e-12)
+    assert (first["tokens_streamed"] == 0).all()
+    assert (idle["end_s"] - idle["start_s"] >= 5.0).all()
+    asked = idle["step"].map({"plan": 200, "draft": 300, "answer": 300})
+    assert (idle["tokens_streamed"] < asked).all()
+    assert (idle["output_tokens"] == idle["tokens_streamed"]).all()
+
+
+def streaming_orderings(result: sim.RunResult) -> None:
+    """Each stream cut catches the stalls on its side of the first token, so each beats waiting,
+    and both together beat either alone (by more than ORDER_Z SE)."""
+    for better, worse in (("first_token", "wait"), ("idle", "wait"), ("both", "first_token"),
+                          ("both", "idle")):  # fmt: skip
+        _assert_rate_leads(result, better, worse)
+
+
 #: Independent checks per bundled scenario (by file stem). A new bundled scenario must add its
 #: own: `test_every_bundled_scenario_has_independent_checks` fails until it does.
 INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
@@ -534,6 +563,7 @@ INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
     # deadline-propagation, futile-retry, tool-resend: written in their own module
     **DEADLINE_CHECKS,
     **HARDNESS_CHECKS,  # hardness: closed forms of shared hardness, in their own module
+    "streaming": (streaming_stream_cuts_end_where_they_should, streaming_orderings),
 }
 CASES = [(stem, check) for stem, checks in INDEPENDENT.items() for check in checks]
 #: Scenarios whose independent checks need their shipped size run in a module of their own.
