@@ -153,6 +153,8 @@ def one_run(load: Load, setup: StreamSetup, args: argparse.Namespace, folder: Pa
     arrivals = {"kind": "trace", "file": trace, "column": "t"}
     data = scenario_dict(setup, f"real-openai-stream-{load.name}", arrivals, ofile)
     path = scen.save(folder, data)
+    calls_per, hit = float(real["calls"].mean()), float(real["ok"].mean())
+    print(f"  real: {len(real)} requests, {calls_per:.3f} calls/request, hit rate {hit:.1%}")
     sims = simulate(path, "openai-stream", len(real), args.reps)
     table = compare.bootstrap(real, sims, n_boot=args.boot, seed=args.seed)
     table = table[table["metric"].isin(["calls/req", "hit rate"])]
@@ -180,15 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(args.out or f"results/real_client_stream/{stamp}")
     setup = StreamSetup()
-    tables = []
+    tables, refused = [], None
     for load in LOADS:
         print(f"openai stream=True at {load.name} load ({load.rate_per_s} requests/s)...")
         try:
             tables.append(one_run(load, setup, args, out / load.name))
         except ScenarioError as error:
-            print(f"error: tailsim cannot run the streaming scenario yet: {error}")
-            print(f"(the real run's logs are in {out / load.name}/)")
-            return 2
+            refused = error
+    if refused is not None:
+        print(f"error: tailsim cannot run the streaming scenario yet: {refused}")
+        print(f"(the real runs' logs are in {out}/)")
+        return 2
     table = pd.concat(tables, ignore_index=True)
     table.to_csv(out / "comparison.csv", index=False)
     text = fmt(table)

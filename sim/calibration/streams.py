@@ -183,7 +183,8 @@ def fit_streams(fit: MarginalFit, calls: pd.DataFrame) -> MarginalFit:
         if placement.where != "mid_stream":
             fit = _placed(fit, placement)
             block["stall"] = {"where": placement.key()}
-            se["stall"] = {"where.before_first_token": _round(placement.se_share)}
+            if placement.where == "mixed":
+                se["stall"] = {"where.before_first_token": _round(placement.se_share)}
     broken, rate, se_rate = mid_stream_errors(calls)
     if broken:
         block["mid_stream_error_rate"] = _round(rate)
