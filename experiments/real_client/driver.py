@@ -134,6 +134,53 @@ async def run_openai(work: Workload, base_url: str) -> tuple[list[dict], list[di
         await client.close()
 
 
+async def run_openai_stream(
+    work: Workload, base_url: str, read_timeout_s: float, stream_retries: int = 1
+) -> tuple[list[dict], list[dict]]:
+    """The workload through `openai.AsyncOpenAI(max_retries=2, timeout=read_timeout_s)` with
+    `stream=True`, each answer read to its end. The SDK retries what fails before the
+    response headers (a read timeout waiting for them, as a stall before the first chunk
+    makes here); a read timeout or an `error` event after them is raised while iterating and
+    not retried by the SDK (docs/fidelity.md, "Streaming", cites where). The driver retries a
+    failed call itself up to `stream_retries` times (tailsim's `wait` with `retries`), as a
+    client that restarts a broken stream does."""
+    import openai  # noqa: PLC0415 (optional extra)
+
+    client = openai.AsyncOpenAI(
+        base_url=base_url, api_key="fake", max_retries=2, timeout=read_timeout_s
+    )
+    messages = work.messages()
+
+    async def call(call_id: str, _step: int) -> Any:
+        for attempt in range(stream_retries + 1):
+            chunks = 0
+            try:
+                stream = await client.chat.completions.create(
+                    model="fake",
+                    messages=messages,  # type: ignore[arg-type]
+                    max_tokens=work.max_tokens,
+                    stream=True,
+                    extra_headers={"x-call-id": call_id, "x-stream-attempt": str(attempt)},
+                )
+                async for _ in stream:
+                    chunks += 1
+                return chunks
+            except openai.APIError:  # APITimeoutError and APIConnectionError are APIErrors
+                if attempt == stream_retries:
+                    raise
+        return None
+
+    async def warmup() -> None:
+        await client.chat.completions.create(
+            model="fake", messages=messages, max_tokens=1, extra_headers={"x-warmup": "1"}
+        )  # type: ignore[arg-type]
+
+    try:
+        return await drive(work, call, warmup)
+    finally:
+        await client.close()
+
+
 def litellm_router(config: dict[str, Any]) -> Any:
     """A `litellm.Router` built from a proxy-style config (`model_list`, `router_settings`)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import

@@ -55,7 +55,15 @@ BASELINE = "plain (no preset, no overhead)"
 class Server:
     """The fake server as a subprocess (started fresh per run: empty queues, a new bucket)."""
 
-    def __init__(self, setup: scen.Setup, log: Path, tpm: str | None, deployments: int, seed: int):
+    def __init__(
+        self,
+        setup: scen.Setup,
+        log: Path,
+        tpm: str | None,
+        deployments: int,
+        seed: int,
+        extra: tuple[str, ...] = (),
+    ):
         cmd = [
             sys.executable, "-m", "experiments.real_client.server",
             "--slots", str(setup.slots), "--median-s", str(setup.median_s),
@@ -64,6 +72,7 @@ class Server:
         ]  # fmt: skip
         if tpm is not None:
             cmd += ["--tpm", tpm]
+        cmd += list(extra)  # e.g. the streamed answers' law (experiments.real_client.stream_run)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)  # noqa: S603 (ours)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line:

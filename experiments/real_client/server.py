@@ -2,6 +2,11 @@
 strictly FIFO queue, lognormal service, a token bucket answering 429 with whole-second
 Retry-After, and one log line per HTTP request (arrival, slot, service, response, status).
 
+With `"stream": true` in the request body the answer is streamed as Server-Sent Events
+(`experiments.real_client.streaming`): the service time is the first-token time, then the
+output at `--tokens-per-s`, with stalls placed before the first chunk or mid-stream and
+mid-stream breaks (`--stall-*`, `--mid-stream-error-rate`).
+
 Loopback only, one process; each deployment (`--deployments N`) is its own port with its own
 slots, quota and log tag. Run `python -m experiments.real_client.server --help`. Times in the log
 are `time.monotonic()` seconds, which on Linux is one clock for every process on the machine, so
@@ -19,13 +24,15 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 from aiohttp import web
 
+from experiments.real_client.streaming import StreamLaw, stream_answer
+from experiments.real_client.streaming import forced as forced_plan
 from sim.model.latency import lognormal_params
 
 
@@ -99,6 +106,8 @@ class Deployment:
     sigma: float
     rng: np.random.Generator
     log: TextIO
+    stream: StreamLaw = field(default_factory=StreamLaw)
+    stream_rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
     def write(self, row: dict[str, Any]) -> None:
         self.log.write(json.dumps(row) + "\n")
@@ -197,6 +206,17 @@ def handler(dep: Deployment):
             )
             row["service"] = service
             row["start"] = time.monotonic()
+            if body.get("stream"):
+                plan = forced_plan(body, dep.stream.draw(dep.stream_rng, completion))
+                row.update(stream=True, stall_s=plan["stall_s"], before=plan["before"])
+                try:
+                    return await stream_answer(
+                        request, body, dep.stream, plan, service, completion, row
+                    )
+                except ConnectionResetError:  # the client left mid-stream: logged 499
+                    return web.Response(status=499)
+                finally:
+                    row["end"] = row["sent"] = time.monotonic()
             await asyncio.sleep(service)
             row["end"] = time.monotonic()
             dep.slots.release()
@@ -210,6 +230,22 @@ def handler(dep: Deployment):
             dep.write(row)
 
     return chat
+
+
+def stream_law(args: argparse.Namespace) -> StreamLaw:
+    """The streamed answers' law from the command line (`--stall-where`: mid_stream,
+    before_first_token or the share S of stalls before the first token)."""
+    where = {"mid_stream": 0.0, "before_first_token": 1.0}.get(args.stall_where)
+    share = float(args.stall_where) if where is None else where
+    return StreamLaw(
+        args.tokens_per_s,
+        args.chunk_tokens,
+        args.stall_p,
+        args.stall_median_s,
+        args.stall_p99_s,
+        share,
+        args.mid_stream_error_rate,
+    )
 
 
 def _per_deployment(text: str | None, n: int) -> list[float | None]:
@@ -247,6 +283,8 @@ async def start(args: argparse.Namespace, log: TextIO) -> tuple[list[web.AppRunn
             sigma,
             np.random.default_rng([args.seed, k]),
             log,
+            stream_law(args),
+            np.random.default_rng([args.seed, k, 1]),  # the streams' own draws
         )
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handler(dep))
@@ -287,6 +325,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--deployments", type=int, default=1, help="independent copies, one port each")
     ap.add_argument("--seed", type=int, default=0, help="seed of the service-time draws")
     ap.add_argument("--log", required=True, help="JSONL file: one line per HTTP request")
+    st = ap.add_argument_group("streamed answers (requests with stream: true)")
+    st.add_argument("--tokens-per-s", type=float, default=200.0, help="output speed")
+    st.add_argument("--chunk-tokens", type=int, default=5, help="tokens per SSE chunk")
+    st.add_argument("--stall-p", type=float, default=0.0, help="probability of a stall")
+    st.add_argument("--stall-median-s", type=float, default=5.0, help="stall median, s")
+    st.add_argument("--stall-p99-s", type=float, default=20.0, help="stall p99, s")
+    st.add_argument(
+        "--stall-where",
+        default="mid_stream",
+        help="mid_stream, before_first_token, or S: the share before the first token",
+    )
+    st.add_argument(
+        "--mid-stream-error-rate", type=float, default=0.0, help="answers broken mid-stream"
+    )
     return ap.parse_args(argv)
 
 

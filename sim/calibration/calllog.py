@@ -29,7 +29,9 @@ CALL_LOG_COLUMNS: dict[str, str] = {
 
 #: Allowed values of `status`. `timeout`: the client cut the call (its timeout, a deadline, a
 #: race's loser cancelled): latency_s is the elapsed time to the cut (a right-censored latency).
-STATUSES: tuple[str, ...] = ("ok", "error", "rate_limited", "invalid", "timeout")
+#: `broken`: the answer broke after its first token (a mid-stream error after HTTP 200; the
+#: fit's `mid_stream_error_rate`, sim.calibration.streams).
+STATUSES: tuple[str, ...] = ("ok", "error", "rate_limited", "invalid", "timeout", "broken")
 
 #: Example row numbers kept per kind of garbage.
 EXAMPLES = 5

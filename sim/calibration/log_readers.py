@@ -65,6 +65,11 @@ STATUS_WORDS: dict[str, str] = {
     "junk": "invalid",
     "timed_out": "timeout",
     "cancelled": "timeout",
+    "stream_error": "broken",
+    "stream_broken": "broken",
+    "mid_stream_error": "broken",
+    "midstream_error": "broken",
+    "incomplete": "broken",
 }
 
 

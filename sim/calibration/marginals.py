@@ -372,6 +372,7 @@ class MarginalFit:
     output_tokens: LogNormalFit | None
     notes: list[str] = field(default_factory=list)
     samples: np.ndarray | None = field(default=None, repr=False)  # empirical: ok calls' latency
+    stream: dict[str, Any] = field(default_factory=dict)  # {block, se}: sim.calibration.streams
 
     @property
     def n(self) -> int:

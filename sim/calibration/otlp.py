@@ -7,6 +7,14 @@ nanoseconds, status code 2 = error (HTTP 429 = rate limited). A GenAI span whose
 one is the provider's inner view of its parent: its duration becomes the parent's
 `server_latency_s` (the client's overhead is the difference). Reads one JSON document
 (`{"resourceSpans": [...]}`) or JSON lines of them, as the OTLP file exporter writes.
+
+Streams: the first-token time is the attribute `gen_ai.response.time_to_first_chunk` (the GenAI
+conventions' name, beside the older `time_to_first_token` keys) where set, else the time of the
+span's first chunk event (`CHUNK_EVENTS`: `llm.content.completion.chunk`, one per chunk, as
+OpenLLMetry's openai instrumentation adds it in `ChatStream._process_item`; `gen_ai.content.chunk`;
+`ai.stream.firstChunk` of the Vercel AI SDK) from the span's start. The conventions' own
+`gen_ai.content.completion` / `gen_ai.choice` events carry the whole answer at the end, so they
+time nothing. A span that failed after a chunk arrived is a broken stream (status `broken`).
 """
 
 from __future__ import annotations
@@ -26,7 +34,13 @@ MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model")
 PROVIDER_KEYS = ("gen_ai.system", "gen_ai.provider.name", "server.address")
 INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
 OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
-TTFT_KEYS = ("gen_ai.response.time_to_first_token", "gen_ai.server.time_to_first_token")
+TTFT_KEYS = (
+    "gen_ai.response.time_to_first_token",
+    "gen_ai.server.time_to_first_token",
+    "gen_ai.response.time_to_first_chunk",
+)
+#: Span events that mark a chunk of a streamed answer arriving (see the module's docstring).
+CHUNK_EVENTS = ("llm.content.completion.chunk", "gen_ai.content.chunk", "ai.stream.firstChunk")
 HTTP_KEYS = ("http.response.status_code", "http.status_code")
 STATUS_ERROR = 2
 
@@ -99,6 +113,17 @@ def _nanos(value: Any) -> int | None:
         return None
 
 
+def _first_chunk(span: dict[str, Any]) -> int | None:
+    """The time (unix ns) of the span's first chunk event, None where it has none."""
+    times = [
+        _nanos(event.get("timeUnixNano"))
+        for event in span.get("events") or []
+        if isinstance(event, dict) and event.get("name") in CHUNK_EVENTS
+    ]
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
 def read_otlp_log(
     path: Path, garbage: Garbage, progress: Callable[[int, int], None] | None = None
 ) -> pd.DataFrame:
@@ -125,6 +150,11 @@ def read_otlp_log(
         elif attrs.get("error.type") not in (None, ""):
             status = "error"
         ttft = _first(attrs, TTFT_KEYS)
+        chunk = _first_chunk(span)
+        if ttft is None and chunk is not None and start is not None:
+            ttft = (chunk - start) / 1e9
+        if status == "error" and chunk is not None:
+            status = "broken"
         records.append(
             {
                 "row": number,

@@ -21,6 +21,7 @@ from scipy.stats import binom, ks_2samp, kstwo
 
 from sim.calibration.extras import ExtraFit, nan_free
 from sim.calibration.marginals import MarginalFit, fit_group
+from sim.calibration.streams import fit_streams, placement_label, stream_block, stream_errors
 
 #: Model draws used for a fitted distribution's percentiles and KS distance.
 MODEL_DRAWS = 100_000
@@ -112,9 +113,9 @@ def fit_one(group: pd.DataFrame, provider: str, model: str, mode: str, seed: int
     tokens = ok["output_tokens"].to_numpy(float)
     candidates = []
     if mode in ("auto", "first_token"):
-        candidates.append(fit_group(group, provider, model))
+        candidates.append(fit_streams(fit_group(group, provider, model), group))
     if mode == "total_time" or (mode == "auto" and candidates[0].mode == "first_token"):
-        candidates.append(fit_group(group, provider, model, total_time=True))
+        candidates.append(fit_streams(fit_group(group, provider, model, True), group))
     scored = []
     for fit in candidates:
         draws = _draws(fit, tokens, seed)
@@ -248,7 +249,7 @@ def report_table(
             row[f"p{q}_fit_s"] = _q(g.modelled, q)
         row["ks"] = g.ks
         row["stall"] = (
-            f"{f.stall.probability:.3f} x {f.stall.extra.median:.3g} s"
+            f"{f.stall.probability:.3f} x {f.stall.extra.median:.3g} s{placement_label(f)}"
             if f.stall.supported and f.stall.extra is not None
             else "none"
         )
@@ -431,7 +432,7 @@ def fitted_document(fits: list[GroupFit], stem: str = "fitted") -> dict[str, Any
         provider, model = yaml_name(g.fit.provider), yaml_name(g.fit.model)
         models.setdefault(model, {"price_per_mtok": {"input": 0.0, "output": 0.0}})
         serves = providers.setdefault(provider, {"serves": {}})["serves"]
-        serves[model] = g.fit.serving_block(sample_file(g, stem))
+        serves[model] = stream_block(g.fit, g.fit.serving_block(sample_file(g, stem)))
     return {"models": models, "providers": providers}
 
 
@@ -455,8 +456,8 @@ def fitted_yaml(
         out = f.output_block()
         lines.append(
             f"#   {yaml_name(f.provider)}/{yaml_name(f.model)}: n={f.n} ({f.mode}), KS "
-            f"{g.ks:.3f}; SE {_flat(f.standard_errors())}; stall: {f.stall.evidence}; "
-            f"steps: output_tokens: {out}"
+            f"{g.ks:.3f}; SE {_flat(stream_errors(f, f.standard_errors()))}; stall: "
+            f"{f.stall.evidence}; steps: output_tokens: {out}"
         )
         lines += [f"#     note: {note}" for note in f.notes]
     document = fitted_document(fits, stem)

@@ -26,6 +26,7 @@ STATUS = {
     "truncated": "invalid",
     "timeout": "timeout",
     "cancelled": "timeout",
+    "broken": "broken",
 }
 #: The HTTP code a client would have logged for each status (none for a timeout).
 HTTP = {"ok": 200, "invalid": 200, "error": 500, "rate_limited": 429}
