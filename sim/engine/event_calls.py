@@ -54,7 +54,7 @@ from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step
 from sim.plan import Plan
 from sim.policy.controls import OUTCOME_BREAKER_OPEN, Controls
-from sim.policy.deadlines import BY_ADMISSION, BY_SDK
+from sim.policy.deadlines import BY_ADMISSION, BY_SDK, BY_TTFT
 from sim.policy.plans import Attempt
 
 __all__ = ["CallMaker", "serve"]  # serve: a call on its provider (`sim.engine.event_serve`)
@@ -123,20 +123,18 @@ class CallMaker:
         )
         process = self.env.active_process
         run.active.add(process)
-        cut, by_sdk = plan.give_up_after, False
-        timeout = provider.sdk_timeout
-        if timeout is not None and (cut is None or timeout < cut):  # the client's own timeout
-            cut, by_sdk = timeout, True
+        cut, sdk_label, first, idle = client_cuts(
+            provider, handle.step.stream, plan, plan.give_up_after
+        )
         try:
-            if handle.plain and plan.first_token_after is None and plan.idle_after is None:
+            if handle.plain and first is None and idle is None:
                 yield from serve(provider, call, ttft, generation, stall, drawn, cut)
             else:
                 yield from serve(
                     provider, call, ttft, generation, stall, drawn, cut,
-                    limits.queue, limits.start_by, limits.service,
-                    plan.first_token_after, plan.idle_after,
+                    limits.queue, limits.start_by, limits.service, first, idle,
                 )  # fmt: skip
-            if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
+            if call.ended_by == sdk_label and call.outcome == OUTCOME_TIMEOUT:
                 call.ended_by = BY_SDK
             if truncated or handle.step.validator is not None:
                 yield from self._check_answer(handle, call, truncated)
@@ -379,7 +377,7 @@ class CallMaker:
         or the deadline, a client that `honours_deadline` gives up at once; one that does not
         sleeps until the cut (the attempt ends there) or the deadline's cancellation."""
         run, env, sdk = handle.run, self.env, provider.sdk
-        retried, timeout = provider.sdk_retried, provider.sdk_timeout
+        retried = provider.sdk_retried
         began = call.start
         for j in range(1, provider.sdk_retries + 1):
             if run.closed or call.outcome not in retried:
@@ -408,19 +406,16 @@ class CallMaker:
             call, ttft, generation, stall, drawn, truncated = self._prepare(
                 handle, provider, attempt, plan, j
             )
-            cut, by_sdk = left, False
-            if timeout is not None and (cut is None or timeout < cut):
-                cut, by_sdk = timeout, True
+            cut, sdk_label, first, idle = client_cuts(provider, handle.step.stream, plan, left)
             try:
-                if handle.plain and plan.first_token_after is None and plan.idle_after is None:
+                if handle.plain and first is None and idle is None:
                     yield from serve(provider, call, ttft, generation, stall, drawn, cut)
                 else:
                     yield from serve(
                         provider, call, ttft, generation, stall, drawn, cut,
-                        limits.queue, limits.start_by, limits.service,
-                        plan.first_token_after, plan.idle_after,
+                        limits.queue, limits.start_by, limits.service, first, idle,
                     )  # fmt: skip
-                if by_sdk and call.outcome == OUTCOME_TIMEOUT and not call.ended_by:
+                if call.ended_by == sdk_label and call.outcome == OUTCOME_TIMEOUT:
                     call.ended_by = BY_SDK
                 if truncated or handle.step.validator is not None:
                     yield from self._check_answer(handle, call, truncated)
@@ -431,6 +426,36 @@ class CallMaker:
                 self.calls.append(call)
             self._label(handle, call, attempt, limits.by)
         return call
+
+
+def client_cuts(
+    provider: Provider, stream: bool, plan: Attempt, cut: float | None
+) -> tuple[float | None, str | None, float | None, float | None]:
+    """A call's cuts with its client's own timeout (`sdk.timeout_s`) folded in: (total cut,
+    the `ended_by` a cut by the client's timeout gets before it is relabelled `sdk` and so
+    retried by the client (None: that timeout binds no cut), first-token cut, idle cut).
+
+    Without a stream the timeout bounds the whole call, as today. On a stream it is the read
+    timeout between bytes (openai's `timeout` is httpx's read timeout, docs/clients.md): the
+    longest wait for the first token from the send (a cut there the client retries, as it
+    retries a timeout before the response headers) and for each next token (a mid-stream cut
+    it does not retry: httpx raises while the answer is being read)."""
+    first, idle = plan.first_token_after, plan.idle_after
+    timeout = provider.sdk_timeout
+    if timeout is None:
+        return cut, None, first, idle
+    if not stream:
+        if cut is None or timeout < cut:
+            return timeout, "", first, idle
+        return cut, None, first, idle
+    label: str | None = None
+    if first is None or timeout < first:
+        first, label = timeout, BY_TTFT
+    if idle is None or timeout < idle:
+        idle = timeout
+    if cut is not None and cut <= first:
+        label = None
+    return cut, label, first, idle
 
 
 def _sleep(env: simpy.Environment, seconds: float) -> Generator[simpy.Event, Any, bool]:

@@ -31,6 +31,7 @@ class Step:
     queue_budget_s: float | None = None  # longest wait of one call for a slot
     attempt_budget_s: float | None = None  # longest time of one attempt
     tool: ToolSpec | None = None  # a side-effect step's action (None: an LLM step)
+    stream: bool = False  # the answer streams: the client's timeout is a read timeout
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Workflow:
                 queue_budget_s=spec.queue_budget_s,
                 attempt_budget_s=spec.attempt_budget_s,
                 tool=spec.tool,
+                stream=spec.stream,
             )
             for i, spec in enumerate(specs)
         )

@@ -122,6 +122,7 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
     (StepSpec, "budget_s"): "budget.step",
     (StepSpec, "queue_budget_s"): "budget.queue",
     (StepSpec, "attempt_budget_s"): "budget.attempt",
+    (StepSpec, "stream"): "step.stream",
     (PilotSpec, "requests"): NEUTRAL,
     (BillingSpec, "cancelled"): NEUTRAL,
     # the policy as written: what every kind shares (each vectorizable kind's own fields below)

@@ -90,6 +90,12 @@ class StepSpec(Spec):
         "policy's cut, which counts the queue wait too), s",
     )
     tool: ToolSpec | None = Field(default=None, description="kind tool: the external action")
+    stream: bool = Field(
+        default=False,
+        description="the call streams its answer: a provider's sdk timeout_s is then the "
+        "client's read timeout (openai, httpx): the longest wait for the first token, which "
+        "the client retries, and for each next token mid-stream, which it does not",
+    )
 
     @model_validator(mode="after")
     def _kind_fields(self) -> StepSpec:
