@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.model.config import THRESHOLD_FIELDS, PlainPolicy
+from sim.model.config import FIRST_TOKEN_FIELDS, THRESHOLD_FIELDS, PlainPolicy, pilot_fields
 from sim.model.errors import ScenarioError, format_path
 from sim.model.thresholds import expected_of, percentile_of, seconds_of
 from sim.model.workflow import Workflow
@@ -46,7 +46,7 @@ def needs_pilot(plan: Plan) -> bool:
                 continue
             if kind_of(spec).reserve_from_pilot(spec):
                 return True
-            for name in THRESHOLD_FIELDS.get(type(spec), ()):
+            for name in pilot_fields(spec):
                 value = getattr(spec, name)
                 if value is not None and percentile_of(value) is not None:
                     return True
@@ -106,12 +106,12 @@ def _resolved(
             specs[step] = spec
             continue
         update: dict[str, Any] = {}
-        for field in THRESHOLD_FIELDS.get(type(spec), ()):
+        for field in pilot_fields(spec):
             value = getattr(spec, field)
             pct = None if value is None else percentile_of(value)
             if pct is None:
                 continue
-            key = step if field != "ttft_cutoff" else (step, FIRST_TOKEN)
+            key = (step, FIRST_TOKEN) if field in FIRST_TOKEN_FIELDS else step
             sample = None if measured is None else measured.get(key)
             if sample is None or len(sample) == 0:
                 raise ScenarioError(

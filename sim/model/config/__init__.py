@@ -22,6 +22,7 @@ from sim.model.config.base import (
 )
 from sim.model.config.perstep import StepPolicyError, plain_spec
 from sim.model.config.policies import (
+    FIRST_TOKEN_FIELDS,
     MODEL_FIELDS,
     POLICY_KINDS,
     THRESHOLD_FIELDS,
@@ -47,6 +48,7 @@ from sim.model.config.policies import (
     StepOverride,
     StreamCuts,
     WaitPolicy,
+    pilot_fields,
 )
 from sim.model.config.providers import (
     BackoffSpec,
@@ -84,6 +86,7 @@ from sim.model.config.slo import SloSpec
 from sim.model.config.workflow import LengthSpec, StepSpec, ToolSpec, ValidatorSpec, WorkflowSpec
 
 __all__ = [
+    "FIRST_TOKEN_FIELDS",
     "MODEL_FIELDS",
     "POLICY_KINDS",
     "THRESHOLD_FIELDS",
@@ -149,6 +152,7 @@ __all__ = [
     "WhenHardSpec",
     "WorkflowSpec",
     "hardness_problems",
+    "pilot_fields",
     "plain_spec",
     "reference_problems",
     "step_problems",

@@ -195,8 +195,10 @@ class StreamCuts(Spec):
     """The cuts that watch a call's stream, per attempt: each retries or falls back as the
     policy's own cut does."""
 
-    first_token_timeout_s: PositiveFloat | None = Field(
-        default=None, description="cut an attempt with no first token this long after its send"
+    first_token_timeout_s: Threshold | None = Field(
+        default=None,
+        description="cut an attempt with no first token this long after its send: seconds, "
+        "'pNN' or 'K x pNN' of the pilot's first-token time (queue wait included)",
     )
     idle_timeout_s: PositiveFloat | None = Field(
         default=None, description="cut an attempt once no token has come for this long"
@@ -408,5 +410,16 @@ THRESHOLD_FIELDS: dict[type, tuple[str, ...]] = {
     AdaptivePolicy: ("cutoff", "ttft_cutoff", "hedge_after"),
     DraftPolicy: ("upgrade_within",),
 }
+#: Thresholds measured on the pilot's first-token times (queue wait included), not its totals.
+FIRST_TOKEN_FIELDS = ("ttft_cutoff", "first_token_timeout_s")
+
+
+def pilot_fields(spec: object) -> tuple[str, ...]:
+    """The fields of a spec that the pilot may resolve: its `THRESHOLD_FIELDS` (the first one
+    its main threshold), then the stream's first-token cut where the kind has one."""
+    fields = THRESHOLD_FIELDS.get(type(spec), ())
+    return (*fields, "first_token_timeout_s") if isinstance(spec, StreamCuts) else fields
+
+
 #: Fields naming a model, by policy kind.
 MODEL_FIELDS = {"downshift": ("to",), "adaptive": ("fall_down", "fall_up"), "draft": ("model",)}
