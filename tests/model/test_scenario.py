@@ -132,8 +132,8 @@ BAD_VALUES = [
         "policies.cut.retires",
         [
             "did you mean 'retries'",
-            "allowed: admission, backoff, controls, cutoff, kind, propagate_deadline, providers, "
-            "retries, steps",
+            "allowed: admission, backoff, controls, cutoff, first_token_timeout_s, idle_timeout_s, "
+            "kind, propagate_deadline, providers, retries, steps",
         ],
         id="unknown-key-policy",
     ),
