@@ -7,9 +7,9 @@ loads with 95% block-bootstrap intervals, as `experiments.real_client.run` does.
 
     python -m experiments.real_client.stream_run      # about 4 minutes; results/real_client_stream/
 
-The simulator side needs the streams keys (`stall.where`, `mid_stream_error_rate`, a step's
-`stream: true`, the SDK's `timeout_s` as the idle timeout of a streamed call): without them
-the run stops after the real runs, naming the key tailsim refused (exit 2).
+The simulator side reads the streams keys (`stall.where`, `mid_stream_error_rate`, a step's
+`stream: true`: the SDK's `timeout_s` as a streamed call's read timeout); a tailsim that
+refuses one stops after the real runs, naming it (exit 2). Figures: docs/fidelity.md.
 """
 
 from __future__ import annotations
