@@ -123,9 +123,10 @@ class CallMaker:
         )
         process = self.env.active_process
         run.active.add(process)
-        cut, sdk_label, first, idle = client_cuts(
-            provider, handle.step.stream, plan, plan.give_up_after
-        )
+        cut, first, idle = plan.give_up_after, plan.first_token_after, plan.idle_after
+        sdk_label = None
+        if provider.sdk_timeout is not None:  # the client's own timeout (off the fast path)
+            cut, sdk_label, first, idle = client_cuts(provider, handle.step.stream, plan, cut)
         try:
             if handle.plain and first is None and idle is None:
                 yield from serve(provider, call, ttft, generation, stall, drawn, cut)
@@ -134,7 +135,11 @@ class CallMaker:
                     provider, call, ttft, generation, stall, drawn, cut,
                     limits.queue, limits.start_by, limits.service, first, idle,
                 )  # fmt: skip
-            if call.ended_by == sdk_label and call.outcome == OUTCOME_TIMEOUT:
+            if (
+                sdk_label is not None
+                and call.ended_by == sdk_label
+                and call.outcome == OUTCOME_TIMEOUT
+            ):
                 call.ended_by = BY_SDK
             if truncated or handle.step.validator is not None:
                 yield from self._check_answer(handle, call, truncated)
