@@ -39,7 +39,9 @@ def timed_sweep(out: Path, executor: str, workers: int, requests: int | None) ->
     """Seconds for `tailsim sweep` of the default scenario into the fresh folder `out`."""
     shutil.rmtree(out, ignore_errors=True)
     args = [*tailsim(), "sweep", str(DEFAULT), "--out", str(out), "-q", "--no-plot"]
-    args += ["-e", executor, "-w", str(workers)]
+    args += ["-e", executor]
+    if executor != "inline":  # inline takes no workers (tailsim refuses -w there)
+        args += ["-w", str(workers)]
     if requests is not None:
         args += ["-n", str(requests)]
     began = time.perf_counter()
