@@ -137,3 +137,11 @@ def stream_cuts(spec: Any) -> tuple[float | None, float | None]:
     """A spec's cuts that watch the stream (`first_token_timeout_s`, `idle_timeout_s`), as the
     `Attempt` fields after `give_up_after`; (None, None) for a kind without them."""
     return getattr(spec, "first_token_timeout_s", None), getattr(spec, "idle_timeout_s", None)
+
+
+def shared_backoff(by_step: dict[str, Policy]) -> tuple[bool, BackoffSpec | None]:
+    """Whether the steps' runtime policies (of one class) share one backoff, so that they may
+    run as one policy (`Policy.merge`), and that backoff."""
+    members: list[Any] = list(dict.fromkeys(by_step.values()))
+    backoff = members[0].backoff
+    return all(m.backoff == backoff for m in members), backoff

@@ -14,6 +14,7 @@ from sim.policy.kinds.base import (
     retry_pause,
     route,
     settle,
+    shared_backoff,
     stream_cuts,
 )
 from sim.policy.plans import Attempt, Policy, StepGenerator, StepRun
@@ -65,11 +66,10 @@ class Race(Policy):
 
     @classmethod
     def merge(cls, name: str, by_step: dict[str, Policy]) -> Policy | None:
-        members: list[Any] = list(dict.fromkeys(by_step.values()))
-        first = members[0]
-        if any(m.backoff != first.backoff for m in members):
+        same, backoff = shared_backoff(by_step)
+        if not same:
             return None
-        return Race(name, {s: m.rounds[s] for s, m in by_step.items()}, first.backoff)  # type: ignore[attr-defined]
+        return Race(name, {s: m.rounds[s] for s, m in by_step.items()}, backoff)  # type: ignore[attr-defined]
 
 
 def _build(

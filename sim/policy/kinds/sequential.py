@@ -13,7 +13,15 @@ from typing import Any
 from sim.model.config import BackoffSpec, CutPolicy, DownshiftPolicy, WaitPolicy
 from sim.model.rows import OUTCOME_OK, OUTCOME_RATE_LIMITED
 from sim.model.workflow import Step
-from sim.policy.kinds.base import NEUTRAL, STREAM_CUT_FIELDS, Kind, retry_pause, route, stream_cuts
+from sim.policy.kinds.base import (
+    NEUTRAL,
+    STREAM_CUT_FIELDS,
+    Kind,
+    retry_pause,
+    route,
+    shared_backoff,
+    stream_cuts,
+)
 from sim.policy.plans import Attempt, Policy, StepGenerator, StepRun
 from sim.policy.routes import Routes
 from sim.policy.vector import VectorRun
@@ -58,11 +66,10 @@ class Sequential(Policy):
 
     @classmethod
     def merge(cls, name: str, by_step: dict[str, Policy]) -> Policy | None:
-        members: list[Any] = list(dict.fromkeys(by_step.values()))
-        first = members[0]
-        if any(m.backoff != first.backoff for m in members):
+        same, backoff = shared_backoff(by_step)
+        if not same:
             return None
-        return Sequential(name, {s: m.plans[s] for s, m in by_step.items()}, first.backoff)  # type: ignore[attr-defined]
+        return Sequential(name, {s: m.plans[s] for s, m in by_step.items()}, backoff)  # type: ignore[attr-defined]
 
 
 def plain_wait() -> WaitPolicy:
