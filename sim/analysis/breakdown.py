@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from sim.analysis.metrics import MINUTE_S, peak_window_sum
-from sim.model.rows import OUTCOME_ERROR, OUTCOME_RATE_LIMITED, OUTCOME_TIMEOUT
+from sim.model.rows import OUTCOME_BROKEN, OUTCOME_ERROR, OUTCOME_RATE_LIMITED, OUTCOME_TIMEOUT
+from sim.policy.deadlines import BY_IDLE, BY_TTFT
 
 #: Failure rows kept per policy (the rest are summed into one `other` row).
 TOP_FAILURES = 5
@@ -24,7 +25,8 @@ TOP_FAILURES = 5
 BREAKDOWN_COLUMNS = (
     "policy", "section", "provider", "fail_reason", "fail_step", "runs", "share_of_runs",
     "calls", "rate_limited", "timeouts", "errors", "busy_slots_mean", "concurrency",
-    "busy_share", "peak_minute_tokens", "tpm", "peak_tpm_share",
+    "busy_share", "peak_minute_tokens", "tpm", "peak_tpm_share", "first_token_cuts", "idle_cuts",
+    "broken",
 )  # fmt: skip
 
 
@@ -120,6 +122,18 @@ def _provider_row(
         errors=int((outcome == OUTCOME_ERROR).sum()),
         busy=busy,
         peak=peak,
+        stream=stream_endings(mine, outcome),
+    )
+
+
+def stream_endings(calls: pd.DataFrame, outcome: pd.Series) -> tuple[int, int, int]:
+    """Calls ended by watching their stream: (first-token cuts, idle cuts, broken streams); a
+    calls table without `ended_by` (hand-made, or written before it) has no cuts."""
+    ended_by = calls["ended_by"] if "ended_by" in calls else pd.Series("", index=calls.index)
+    return (
+        int((ended_by == BY_TTFT).sum()),
+        int((ended_by == BY_IDLE).sum()),
+        int((outcome == OUTCOME_BROKEN).sum()),
     )
 
 
@@ -134,9 +148,11 @@ def provider_row(
     errors: int,
     busy: float,
     peak: float,
+    stream: tuple[int, int, int] = (0, 0, 0),
 ) -> dict[str, object]:
     """A `provider` row: its calls and failures, `busy` mean slots held, `peak` tokens admitted
-    in any minute, each against the provider's limit (from whole tables or `sim.engine.tally`)."""
+    in any minute, each against the provider's limit, and the calls its stream cuts ended
+    (`stream_endings`) (from whole tables or `sim.engine.tally`)."""
     return {
         "policy": policy,
         "section": "provider",
@@ -151,6 +167,9 @@ def provider_row(
         "peak_minute_tokens": peak,
         "tpm": limit.tpm if limit.tpm is not None else math.nan,
         "peak_tpm_share": peak / limit.tpm if limit.tpm else math.nan,
+        "first_token_cuts": stream[0],
+        "idle_cuts": stream[1],
+        "broken": stream[2],
     }
 
 

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.analytic import wilson_interval
+from sim.analysis.user_signal import USER_TTFT, user_ttft_row
+from sim.model.config import FirstSignalSpec
 from sim.model.rows import (
     FAIL_DEADLINE,
     OUTCOME_CANCELLED,
@@ -35,7 +37,7 @@ CALL_COLUMNS = (
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
     "calls", "end_s", "fail_reason", "fail_step", "valid", "quality", "valid_hit", "draft_kept",
-    "draft_upgraded", "first_signal_s", "refused_retries", "refused_starts",
+    "draft_upgraded", "first_signal_s", "refused_retries", "refused_starts", "user_ttft_s",
 )  # fmt: skip
 
 #: Seconds of the rolling window a per-minute quota is compared with.
@@ -122,6 +124,19 @@ SUMMARY_METRICS: dict[str, tuple[str, str]] = {
     "first_signal_hit_rate": (
         "fraction",
         "runs whose first signal came within the scenario's first_signal_s (NaN without one)",
+    ),
+    "user_ttft_p50_s": (
+        "s",
+        "median over runs of the time from arrival to the first token of the answer of the step "
+        "first_signal.step names (the one the person sees stream); a run whose step delivered "
+        "none counts at its latency_s (deadline_s when it failed); NaN without first_signal",
+    ),
+    "user_ttft_p90_s": ("s", "90th percentile of the same"),
+    "user_ttft_p99_s": ("s", "99th percentile of the same"),
+    "user_ttft_hit_rate": (
+        "fraction",
+        "runs whose named step's first token came within first_signal.target_s (a run whose "
+        "step delivered no answer misses); NaN without a target",
     ),
     "breach_queue": (
         "fraction",
@@ -294,6 +309,7 @@ def requests_frame(records: Records) -> pd.DataFrame:
             "first_signal_s": r["first_signal"][order],
             "refused_retries": r["refused_retries"][order],
             "refused_starts": r["refused_starts"][order],
+            USER_TTFT: np.full(n, np.nan),  # filled from the calls: `fill_user_first_token`
         },
         copy=False,
     )
@@ -308,6 +324,7 @@ def summarize(
     breaker_open: Mapping[str, float] | None = None,
     actions: pd.DataFrame | None = None,
     first_signal_s: float | None = None,
+    first_signal: FirstSignalSpec | None = None,
 ) -> pd.DataFrame:
     """One row per policy with every metric of `SUMMARY_METRICS`, in the policies' order.
 
@@ -315,7 +332,8 @@ def summarize(
     maps (provider, None) and (provider, model) to TPM quotas (for `peak_tpm_share`);
     `breaker_open` maps policies to their breakers' open seconds (NaN without it); `actions` is
     the tool steps' actions table (none: no tool steps); `first_signal_s` the scenario's
-    first-signal target (NaN `first_signal_hit_rate` without it)."""
+    first-signal target (NaN `first_signal_hit_rate` without it); `first_signal` the scenario's
+    named step and target (`sim.analysis.user_signal`; NaN `user_ttft_*` without it)."""
     rows = []
     for policy in pd.unique(requests["policy"]):
         runs, its_calls = requests[requests["policy"] == policy], calls[calls["policy"] == policy]
@@ -332,6 +350,8 @@ def summarize(
             float(breaker_open.get(str(policy), 0.0)) if breaker_open is not None else np.nan
         )
         row |= _deadline_row(runs, its_calls, its_actions, first_signal_s)
+        user = runs[USER_TTFT].to_numpy(float) if USER_TTFT in runs else np.full(len(runs), np.nan)
+        row |= user_ttft_row(user, runs["latency_s"].to_numpy(float), first_signal)
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SUMMARY_METRICS))
 

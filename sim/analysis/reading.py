@@ -53,6 +53,21 @@ def shows_valid_hits(summary: pd.DataFrame) -> bool:
     return bool((summary["valid_hit_rate"] - summary["hit_rate"]).abs().max() > 0)
 
 
+#: The first token as the person sees it (`first_signal: {step, target_s}`), as a comparison
+#: table shows it: (summary column, header, is a share).
+USER_TTFT_COLUMNS = (
+    ("user_ttft_p50_s", "user TTFT p50 s", False),
+    ("user_ttft_p90_s", "user TTFT p90 s", False),
+    ("user_ttft_hit_rate", "user TTFT hit", True),
+)
+
+
+def shown_user_ttft(summary: pd.DataFrame) -> list[tuple[str, str, bool]]:
+    """The user TTFT columns a comparison table shows: those the run measured (a scenario that
+    names no step has them all NaN, and the table stays as it was)."""
+    return [c for c in USER_TTFT_COLUMNS if c[0] in summary and summary[c[0]].notna().any()]
+
+
 def overlaps(a: pd.Series, b: pd.Series) -> bool:
     """Whether two rows' hit-rate intervals overlap (the difference is within noise)."""
     return bool(a["hit_rate_lo"] <= b["hit_rate_hi"] and b["hit_rate_lo"] <= a["hit_rate_hi"])

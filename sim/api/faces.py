@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sim.analysis.reading import price_note, shows_valid_hits
+from sim.analysis.reading import price_note, shown_user_ttft, shows_valid_hits
 from sim.calibration.report import MODES
 from sim.model.errors import ScenarioError
 from sim.model.scenario import default_scenario_path
@@ -49,6 +49,7 @@ __all__ = [
     "price_note",
     "run_view",
     "scenario_slo",
+    "shown_user_ttft",
     "shows_valid_hits",
     "slo_table",
     "stress_words",

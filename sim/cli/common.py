@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.api import OPTIONS, ScenarioError
-from sim.api.faces import percent, percent_interval, shows_valid_hits
+from sim.api.faces import percent, percent_interval, shown_user_ttft, shows_valid_hits
 from sim.api.options import flags_by_label
 
 EXIT_BAD_INPUT = 2
@@ -164,6 +164,12 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
     valid = shows_valid_hits(summary)  # the valid hit rate beside the hit rate, where they differ
     if valid:
         headers.insert(2, ("valid hits", "right"))
+    # the named step's first token, where one is named: p50/p90 in one cell, then the hit rate
+    user = {column for column, _header, _share in shown_user_ttft(summary)}
+    if user:
+        headers.append(("user TTFT p50/p90 s", "right"))
+    if "user_ttft_hit_rate" in user:
+        headers.append(("TTFT hits", "right"))
     for header, justify in headers:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for row in summary.to_dict("records"):
@@ -181,6 +187,12 @@ def summary_table(summary: pd.DataFrame, deadline_s: float, seed: int) -> Table:
             num(row["rate_limited_per_request"], 2),
             f"{row['retry_amplification']:.2f}x",
             num(row["quality_mean"], 3),
+            *(
+                [f"{num(row['user_ttft_p50_s'], 1)}/{num(row['user_ttft_p90_s'], 1)}"]
+                if user
+                else []
+            ),
+            *([percent(row["user_ttft_hit_rate"])] if "user_ttft_hit_rate" in user else []),
         )
     return table
 

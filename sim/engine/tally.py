@@ -26,6 +26,7 @@ from sim.analysis.breakdown import (
     ProviderLimits,
     failure_row,
     provider_row,
+    stream_endings,
 )
 from sim.analysis.metrics import (
     MINUTE_S,
@@ -36,7 +37,9 @@ from sim.analysis.metrics import (
     count_row,
     requests_frame,
 )
+from sim.analysis.user_signal import USER_TTFT, fill_user_first_token, user_ttft_row
 from sim.engine.simulation import Simulation
+from sim.model.config import FirstSignalSpec
 from sim.model.rows import (
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
@@ -105,6 +108,7 @@ class _ProviderLoad:
         self.outcomes = dict.fromkeys(_COUNTED_OUTCOMES, 0)
         self.held_s = 0.0
         self.tokens = PeakWindow()
+        self.stream = (0, 0, 0)  # first-token cuts, idle cuts, broken streams
 
     def add(self, calls: pd.DataFrame, horizon: float) -> None:
         self.calls += len(calls)
@@ -113,6 +117,8 @@ class _ProviderLoad:
             self.outcomes[name] += int((outcome == name).sum())
         held = (calls["end_s"] - calls["start_s"] - calls["queue_s"].fillna(0.0)).clip(lower=0.0)
         self.held_s += float(held.sum())
+        more = stream_endings(calls, outcome)
+        self.stream = tuple(a + b for a, b in zip(self.stream, more, strict=True))  # type: ignore[assignment]
         self.tokens.add(calls["start_s"].to_numpy(float), calls["quota_tokens"].to_numpy(float),
                         horizon)  # fmt: skip
 
@@ -132,6 +138,7 @@ class PolicyTally:
         tpm: Mapping[tuple[str, str | None], int] | None = None,
         warmup_s: float = 0.0,
         first_signal_s: float | None = None,
+        first_signal: FirstSignalSpec | None = None,
     ) -> None:
         self.policy = policy
         self.counted_request = np.asarray(first_arrival) >= warmup_s if warmup_s > 0 else None
@@ -140,6 +147,8 @@ class PolicyTally:
         self.ok_any = np.zeros(n, dtype=bool)
         self.tpm = dict(tpm or {})
         self.first_signal_s = first_signal_s
+        self.first_signal = first_signal
+        self._user: list[np.ndarray] = []  # runs' user_ttft_s, when a step is named
         self._latency: list[np.ndarray] = []
         self._signal: list[np.ndarray] = []
         self.sums: dict[str, float] = {}
@@ -186,6 +195,8 @@ class PolicyTally:
         self._latency.append(latency)
         signal = runs["first_signal_s"].to_numpy(float)
         self._signal.append(np.where(np.isnan(signal), latency, signal))
+        if self.first_signal is not None:
+            self._user.append(runs[USER_TTFT].to_numpy(float))
         if self.first_signal_s:
             met = (~np.isnan(signal)) & (signal <= self.first_signal_s)
             self._add("first_signal_met", int(met.sum()))
@@ -318,6 +329,7 @@ class PolicyTally:
             "first_signal_hit_rate": s.get("first_signal_met", 0) / n_runs
             if self.first_signal_s and n_runs
             else np.nan,
+            **user_ttft_row(_joined(self._user), latency, self.first_signal),
             "orphan_calls": int(s.get("orphan_calls", 0)),
             "orphan_tokens": int(s.get("orphan_tokens", 0)),
             "orphan_cost_usd": float(s.get("orphan_cost", 0.0)),
@@ -362,9 +374,15 @@ class PolicyTally:
                     errors=load.outcomes[OUTCOME_ERROR],
                     busy=load.held_s / span if span > 0 else 0.0,
                     peak=load.tokens.peak(),
+                    stream=load.stream,
                 )
             )
         return rows
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The chunks' arrays end to end (empty without any)."""
+    return np.concatenate(parts) if parts else np.empty(0)
 
 
 def span_of(tallies: Sequence[PolicyTally]) -> float:
@@ -445,8 +463,9 @@ class SettledRuns:
         self._add(records, math.inf, records.actions)
 
     def _add(self, records: Records, horizon: float, actions: list[Action] | None = None) -> None:
-        requests = requests_frame(records)
+        calls = calls_frame(records)
+        requests = fill_user_first_token(requests_frame(records), calls, self.sim.plan.signal_step)
         frame = actions_frame(records) if actions else None
-        self.tally.add(requests, calls_frame(records), frame, horizon)
+        self.tally.add(requests, calls, frame, horizon)
         if self.keep is not None:
             self.keep.append(requests)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.metrics import CALL_COLUMNS, REQUEST_COLUMNS
+from sim.analysis.user_signal import fill_user_first_token
 from sim.engine.vector_calls import O_OK, CallArrays
 from sim.model.rows import OUTCOMES
 from sim.plan import Plan
@@ -36,6 +37,7 @@ def tables(plan: Plan, policy: str, runs: dict[str, np.ndarray], calls: CallArra
     order)."""
     call_table = _call_table(plan, policy, calls)
     request_table = _request_table(plan, policy, runs, calls)
+    fill_user_first_token(request_table, call_table, plan.signal_step)
     return VectorTables(request_table, call_table)
 
 
@@ -126,6 +128,7 @@ def _request_table(
             "first_signal_s": _first_signal(calls, runs["arrival"], n),
             "refused_retries": np.zeros(n, dtype=np.int64),  # no admission (whitelisted)
             "refused_starts": np.zeros(n, dtype=np.int64),
+            "user_ttft_s": np.full(n, np.nan),  # filled by `tables` from the calls table
         },
         columns=list(REQUEST_COLUMNS),
         copy=False,  # fresh arrays, as above

@@ -22,8 +22,14 @@ from sim.model.words import percent
 PRINTED_FAILURES = 3
 
 
+#: What the stream cuts ended, as the breakdown counts them: (column, word).
+STREAM_ENDINGS = (("first_token_cuts", "first-token"), ("idle_cuts", "idle"), ("broken", "broken"))
+
+
 def breakdown_table(table: pd.DataFrame) -> Table:
-    """Why each policy did as it did, one row per (policy, provider)."""
+    """Why each policy did as it did, one row per (policy, provider); a column of stream cuts
+    where any call was ended by one (or broke mid-stream)."""
+    streams = _has_stream_endings(table)
     view = Table(
         title="why: where failed runs failed (reason at step, share of runs), and the load each "
         "provider saw",
@@ -39,6 +45,7 @@ def breakdown_table(table: pd.DataFrame) -> Table:
         ("errors", "right"),
         ("busy slots", "right"),
         ("peak tokens/min", "right"),
+        *([("stream cuts", "left")] if streams else []),
     ):
         view.add_column(header, justify=justify)  # type: ignore[arg-type]
     for policy in pd.unique(table["policy"]):
@@ -56,11 +63,29 @@ def breakdown_table(table: pd.DataFrame) -> Table:
                 f"{int(row['errors']):,}",
                 _share(row["busy_slots_mean"], row["busy_share"], f"{int(row['concurrency']):,}"),
                 _share(row["peak_minute_tokens"], row["peak_tpm_share"], "TPM"),
+                *([_stream_text(row)] if streams else []),
             )
         if providers.empty:
-            view.add_row(str(policy), failures, *[""] * 7)
+            view.add_row(str(policy), failures, *[""] * (8 if streams else 7))
         view.add_section()
     return view
+
+
+def _has_stream_endings(table: pd.DataFrame) -> bool:
+    """Whether any call was ended by a stream cut or broke (a breakdown.csv written before these
+    columns existed has none)."""
+    columns = [c for c, _ in STREAM_ENDINGS if c in table]
+    return bool(columns) and bool(table[columns].fillna(0).to_numpy().sum() > 0)
+
+
+def _stream_text(row: dict) -> str:
+    """'12 first-token, 3 idle' (the calls each stream cut ended), or 'none'."""
+    parts = [
+        f"{int(row[column]):,} {word}"
+        for column, word in STREAM_ENDINGS
+        if not pd.isna(row.get(column)) and row.get(column)
+    ]
+    return ", ".join(parts) or "none"
 
 
 def _failure_text(rows: pd.DataFrame) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.analysis.reading import read_policies, read_sweep, shows_valid_hits
+from sim.analysis.reading import read_policies, read_sweep, shown_user_ttft, shows_valid_hits
 from sim.model.words import percent, percent_interval, plural
 from sim.output.plots import folder_figures, png_bytes
 from sim.output.slo_view import folder_view, slo_html
@@ -144,6 +144,8 @@ def comparison_table(summary: pd.DataFrame, keys: list[str]) -> str:
     valid = shows_valid_hits(summary)  # as the terminal table: where answers can be wrong
     head = [*keys, "policy", "hit rate [95% CI]", *(["valid hits"] if valid else [])]
     head += [h for c, h, _ in RUN_COLUMNS if c in summary]
+    user = shown_user_ttft(summary)  # the named step's first token, where one is named
+    head += [h for _c, h, _share in user]
     if "replications" in summary:
         head.append("reps")
     rows = []
@@ -159,6 +161,10 @@ def comparison_table(summary: pd.DataFrame, keys: list[str]) -> str:
                 value = row[column]
                 text = percent(value) if fmt == "%" else fmt.format(value)
                 cells.append(f"<td>{'n/a' if pd.isna(value) else text}</td>")
+        for column, _h, share in user:
+            value = row[column]
+            text = percent(value) if share else f"{value:.2f}"
+            cells.append(f"<td>{'n/a' if pd.isna(value) else text}</td>")
         if "replications" in summary:
             cells.append(f"<td>{int(row['replications'])}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")

@@ -90,6 +90,7 @@ def compile_scenario(scenario: Scenario) -> Plan:
         requests=scenario.requests,
         deadline_s=scenario.deadline_s,
         first_signal_s=scenario.first_signal_s,
+        first_signal=scenario.first_signal,
         warmup_s=scenario.warmup_s,
         timeseries_bin_s=scenario.timeseries_bin_s,
         quality_floor=scenario.quality_floor,

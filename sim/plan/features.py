@@ -27,6 +27,7 @@ from sim.model.config import (
     CustomerRetrySpec,
     CustomersSpec,
     DistSpec,
+    FirstSignalSpec,
     HardnessSpec,
     LengthSpec,
     ModelSpec,
@@ -71,6 +72,8 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
                "customers", "models", "providers", "workflow", "pilot", "billing", "engine",
                "hardness"),
     (Scenario, "first_signal_s"): "first_signal",
+    (Scenario, "first_signal"): NEUTRAL,  # a metric read off the tables: no engine is involved
+    **_neutral(FirstSignalSpec, "step", "target_s"),
     (Scenario, "warmup_s"): "warmup",
     (Scenario, "difficulty"): "difficulty",
     (Scenario, "quality_floor"): "quality_floor",

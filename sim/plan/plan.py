@@ -23,6 +23,7 @@ from sim.model.config import (
     ControlsSpec,
     CustomersSpec,
     DifficultySpec,
+    FirstSignalSpec,
     HardnessSpec,
     PlainPolicy,
     ProviderSpec,
@@ -140,6 +141,8 @@ class Plan:
     requests: int
     deadline_s: float
     first_signal_s: float | None
+    #: `first_signal`: the step whose first token the person sees, and its target (None: off).
+    first_signal: FirstSignalSpec | None
     warmup_s: float
     timeseries_bin_s: float
     quality_floor: float
@@ -195,6 +198,11 @@ class Plan:
     def model_quality(self) -> dict[str, float]:
         """Every model's answer quality."""
         return {name: m.quality for name, m in self.models.items()}
+
+    @property
+    def signal_step(self) -> str | None:
+        """The step whose first token the person sees (`first_signal.step`), or None."""
+        return self.first_signal.step if self.first_signal is not None else None
 
     @property
     def tool_steps(self) -> frozenset[str]:

@@ -20,6 +20,7 @@ import pandas as pd
 from sim.analysis.breakdown import provider_limits
 from sim.analysis.capacity import ALL, REQUESTS, check_fits
 from sim.analysis.metrics import calls_frame, requests_frame
+from sim.analysis.user_signal import fill_user_first_token
 from sim.engine.choice import DES, VECTORIZED, vectorized_in_chunks, vectorized_tables
 from sim.engine.simulation import Simulation
 from sim.engine.tally import PolicyTally, SettledRuns
@@ -100,9 +101,11 @@ def run_policy(
                 raise KeyboardInterrupt
         else:
             records_ = context.simulate(name, policy, progress, stop)
+            calls = calls_frame(records_)
+            requests = fill_user_first_token(requests_frame(records_), calls, plan.signal_step)
             outcome = PolicyOutcome(
-                name, DES, note, records_.breaker_open_s, requests=requests_frame(records_),
-                calls=calls_frame(records_), actions=actions_frame(records_),
+                name, DES, note, records_.breaker_open_s, requests=requests, calls=calls,
+                actions=actions_frame(records_),
             )  # fmt: skip
     outcome.wall_s = time.perf_counter() - began
     return outcome
@@ -194,6 +197,7 @@ class _Collector:
             tpm=plan.tpm_quotas(),
             warmup_s=plan.warmup_s,
             first_signal_s=plan.first_signal_s,
+            first_signal=plan.first_signal,
         )
         self.requests: list[pd.DataFrame] = []
         self.fed = 0  # requests of vectorized chunks tallied

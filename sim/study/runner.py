@@ -135,6 +135,7 @@ def _tables_result(
             breaker_open={o.name: o.breaker_open_s for o in outcomes},
             actions=counted_actions,
             first_signal_s=plan.first_signal_s,
+            first_signal=plan.first_signal,
         ),
         requests=requests_table,
         calls=calls_table,

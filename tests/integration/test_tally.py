@@ -47,8 +47,8 @@ def _assert_same_tables(full: pd.DataFrame, tallied: pd.DataFrame) -> None:
 
 SLOW = pytest.mark.slow
 #: (scenario file, requests, overrides): each engine, quotas, SDK retries, re-sends, tool steps,
-#: warm-up. Event-engine runs are over 2000 requests, so settled runs are flushed while they run
-#: (the engine's progress hook, where flushing happens, comes every 1000 arrivals).
+#: warm-up, streams. Event-engine runs are over 2000 requests, so settled runs are flushed while
+#: they run (the engine's progress hook, where flushing happens, comes every 1000 arrivals).
 #: The three slowest are `slow`: the quick run keeps the default scenario (both its runs), tool
 #: steps and re-sends, and draft-race; tests/engine/test_tally.py holds the pieces that
 #: stand in for binding quotas and peaks (LimitWatch, PeakWindow) to their whole-table functions.
@@ -61,6 +61,8 @@ RUNS = [
     ("tool-resend.yaml", 400, {}),
     ("draft-race.yaml", 2200, {}),
     pytest.param("deadline-propagation.yaml", 2200, {}, marks=SLOW),
+    # streams: the named step's first token (user_ttft_*) and the stream cuts' counts
+    ("streaming.yaml", 2200, {"warmup_s": 100.0}),
 ]
 
 

@@ -159,6 +159,17 @@ class SweepSpec(Spec):
         return self
 
 
+class FirstSignalSpec(Spec):
+    """The first token as the person sees it: the first token of the answer of the step that
+    streams to them (in a chain usually the last one, not the first)."""
+
+    step: Name = Field(description="the llm step whose answer the person sees stream")
+    target_s: PositiveFloat | None = Field(
+        default=None,
+        description="target time from arrival to that first token, s (user_ttft_hit_rate)",
+    )
+
+
 class Scenario(Spec):
     """A whole scenario, validated once at the edge and trusted inside."""
 
@@ -168,6 +179,11 @@ class Scenario(Spec):
     deadline_s: PositiveFloat = 120.0
     first_signal_s: PositiveFloat | None = Field(
         default=None, description="target time to the first token of the first step, s"
+    )
+    first_signal: FirstSignalSpec | None = Field(
+        default=None,
+        description="the step whose first token the person sees: {step, target_s}; its "
+        "user_ttft_* metrics (none: NaN)",
     )
     requests: Annotated[int, Field(ge=1)] = 1000
     warmup_s: NonNegativeFloat = Field(
@@ -231,6 +247,26 @@ class Scenario(Spec):
             problems = step_problems(self)
         if problems:
             raise FieldError(*problems[0], *problems[1:])
+        return self
+
+    @model_validator(mode="after")
+    def _first_signal_step(self) -> Scenario:
+        signal = self.first_signal
+        if signal is None:
+            return self
+        kinds = {step.id: step.kind for step in self.workflow.steps}
+        llm = [name for name, kind in kinds.items() if kind == "llm"]
+        if signal.step not in kinds:
+            raise FieldError(
+                ("first_signal", "step"),
+                f"'{signal.step}' is not a step of the workflow; allowed: {', '.join(llm)}",
+            )
+        if kinds[signal.step] != "llm":
+            raise FieldError(
+                ("first_signal", "step"),
+                f"'{signal.step}' is a tool step, which streams no tokens; allowed (llm steps): "
+                + ", ".join(llm),
+            )
         return self
 
     @model_validator(mode="after")
