@@ -33,7 +33,7 @@ from sim.model.errors import ScenarioError
 from sim.model.stream import BREAK_AT, ONSET
 from sim.plan import compile_scenario
 from tests.engine.test_streams import one_step, run_calls, stalled
-from tests.helpers import serving
+from tests.helpers import build, serving, step
 
 N = 4000
 I_IN, N_OUT, F, S = 1000, 100, 1.0, 100.0
@@ -163,3 +163,24 @@ def test_resume_takes_a_boolean() -> None:
     with pytest.raises(ScenarioError) as info:
         one_step(serving(), {"kind": "wait", "resume": "sometimes"})
     assert any(path == "policies.it.resume" for path, _ in info.value.problems)
+
+
+def test_the_clients_own_retries_resend_the_resumed_request() -> None:
+    """The provider SDK retries a 5xx of a resumed attempt with the same request: every call
+    of one attempt that got served sends the same input, the one its policy attempt sent."""
+    serve = serving(mid_stream_error_rate=0.5, error_rate=0.3)
+    sdk = {"retries": 2, "retry_on": ["5xx"], "backoff": {"base_s": 0.5, "jitter": "none"}}
+    providers = {"p1": {"serves": {"big": serve, "small": serving()}, "sdk": sdk}}
+    scenario = build(
+        [step("s1")],
+        {"it": {"kind": "wait", "retries": 2, "resume": True}},
+        providers=providers,
+        billing={"cancelled": "elapsed"},
+        arrivals={"kind": "poisson", "rate_per_s": 0.01},
+    )
+    calls, _ = run_calls(scenario, 400)
+    served = calls[calls["outcome"] != "error"]  # an error bills (so records) no input
+    sent = served.groupby(["request_id", "attempt"])["input_tokens"].nunique()
+    assert (sent == 1).all()
+    resent = served[(served["sdk_retry"] > 0) & (served["input_tokens"] > I_IN)]
+    assert len(resent) > 10
