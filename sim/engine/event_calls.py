@@ -41,6 +41,7 @@ from sim.model.latency import (
     LogNormal,
 )
 from sim.model.rows import (
+    OUTCOME_BROKEN,
     OUTCOME_CANCELLED,
     OUTCOME_INVALID,
     OUTCOME_OK,
@@ -118,8 +119,9 @@ class CallMaker:
             if limits.give_up_after != plan.give_up_after:
                 plan = replace(plan, give_up_after=limits.give_up_after)
         provider = self.providers[plan.provider]
+        received = handle.received if plan.resume else 0  # 0 unless resuming a cut stream
         call, ttft, generation, stall, drawn, truncated = self._prepare(
-            handle, provider, attempt, plan, 0
+            handle, provider, attempt, plan, 0, received
         )
         process = self.env.active_process
         run.active.add(process)
@@ -153,6 +155,8 @@ class CallMaker:
                 call = yield from self._sdk_retries(handle, provider, attempt, plan, call, limits)
         finally:
             run.active.discard(process)
+        if plan.resume:
+            _keep_received(handle, call)
         handle.last_outcome = call.outcome
         if call.outcome == OUTCOME_OK:
             handle.answer = call
@@ -214,12 +218,25 @@ class CallMaker:
             handle.refuse(attempt, call.sdk_retry)
 
     def _prepare(
-        self, handle: StepHandle, provider: Provider, attempt: int, plan: Attempt, sdk: int
+        self,
+        handle: StepHandle,
+        provider: Provider,
+        attempt: int,
+        plan: Attempt,
+        sdk: int,
+        received: int = 0,
     ) -> tuple[Call, float, float, float, int, bool]:
         """A call about to be sent and its draws (common random numbers): first token (plus
         prefill), generation (times the request's difficulty, scaled to this call's drawn
         answer length, longer on a hard request), stall, drawn outcome (a hard request's junk
-        rate); and whether the answer will be truncated."""
+        rate); and whether the answer will be truncated.
+
+        `received` > 0 (a resumed call, `resume`): the answer's first `received` tokens go with
+        the prompt as prefill and only the rest is asked for. Its input is the step's plus
+        `received`, its output the rest (at least 1 token), its generation time scaled to the
+        rest; its first token is a new prefill, drawn as usual, plus the provider's
+        `ttft_s_per_ktok` on the whole larger input (without that key the first-token time
+        does not depend on input size in this model). Its other draws are its slot's own."""
         run, step = handle.run, handle.step
         resend = run.resend
         slot = self._slots.get((plan.provider, plan.model, step.index, attempt, resend, sdk))
@@ -227,7 +244,7 @@ class CallMaker:
             slot = self._slot(step, attempt, plan, resend, sdk)
         draws, prefill, as_drawn = slot
         i = run.index
-        if as_drawn:  # nothing below reshapes this slot's draws: the common case, written out
+        if as_drawn and not received:  # nothing reshapes this slot's draws: the common case
             ttft = draws.ttft[i]
             if prefill:
                 ttft += prefill
@@ -245,6 +262,9 @@ class CallMaker:
         ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
             ttft, generation = ttft * self.difficulty[i], generation * self.difficulty[i]
+        latency = self.latencies[(plan.provider, plan.model)]
+        if received:  # the slot's prefill is for the step's input: this one is larger
+            prefill = latency.ttft_s_per_ktok * (step.input_tokens + received) / 1000
         if prefill:  # prefill grows with the prompt
             ttft += prefill
         drawn, scale = draws.outcome[i], 1.0
@@ -268,9 +288,15 @@ class CallMaker:
             if truncated:
                 generation *= step.max_tokens / tokens  # type: ignore[operator]
                 tokens = step.max_tokens  # type: ignore[assignment]
+        input_tokens = step.input_tokens
+        if received:  # resumed: the received text as prefill, only the rest asked for
+            input_tokens += received
+            rest = max(1, tokens - received)
+            generation *= rest / tokens
+            tokens = rest
         call = Call(
             run, step.id, attempt, plan.provider, plan.model, self.env.now,
-            step.input_tokens, tokens, reserved=step.reserved_output,
+            input_tokens, tokens, reserved=step.reserved_output,
         )  # fmt: skip
         if sdk:
             call.sdk_retry = sdk
@@ -281,7 +307,6 @@ class CallMaker:
         if provider.spell_error_rate > 0:
             call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, resend, sdk)
         stall = draws.stall[i]
-        latency = self.latencies[(plan.provider, plan.model)]
         if stall:  # its place: before the first token (delays it) or mid-stream (an onset)
             if latency.stall_before > 0 and (
                 latency.stall_before >= 1
@@ -384,6 +409,7 @@ class CallMaker:
         run, env, sdk = handle.run, self.env, provider.sdk
         retried = provider.sdk_retried
         began = call.start
+        received = call.input_tokens - handle.step.input_tokens  # the client resends as sent
         for j in range(1, provider.sdk_retries + 1):
             if run.closed or call.outcome not in retried:
                 break
@@ -409,7 +435,7 @@ class CallMaker:
             if run.closed:
                 break
             call, ttft, generation, stall, drawn, truncated = self._prepare(
-                handle, provider, attempt, plan, j
+                handle, provider, attempt, plan, j, received
             )
             cut, sdk_label, first, idle = client_cuts(provider, handle.step.stream, plan, left)
             try:
@@ -431,6 +457,17 @@ class CallMaker:
                 self.calls.append(call)
             self._label(handle, call, attempt, limits.by)
         return call
+
+
+def _keep_received(handle: StepHandle, call: Call) -> None:
+    """After a call under `resume`: a stream broken or cut (a timeout) once tokens had come
+    leaves the step holding the tokens before it and those it streamed (the most any of the
+    step's calls reached); a cancelled call (deadline, a race's loser) or one with no token
+    (a first-token cut, a 429, an error) leaves it as it was."""
+    outcome = call.outcome
+    if outcome == OUTCOME_BROKEN or (outcome == OUTCOME_TIMEOUT and call.tokens_streamed > 0):
+        held = call.input_tokens - handle.step.input_tokens + call.tokens_streamed
+        handle.received = max(handle.received, held)
 
 
 def client_cuts(

@@ -171,8 +171,8 @@ _NO_FLIGHTS: MappingProxyType[int, Flight] = MappingProxyType({})
 class StepHandle:
     """The engine's handle for a policy running one step of one run."""
 
-    __slots__ = ("answer", "env", "flights", "known_end", "last_outcome", "plain", "run", "runner",
-                 "step", "step_end", "work_end")  # fmt: skip
+    __slots__ = ("answer", "env", "flights", "known_end", "last_outcome", "plain", "received",
+                 "run", "runner", "step", "step_end", "work_end")  # fmt: skip
 
     def __init__(self, runner: StepRunner, run: Run, step: Step) -> None:
         self.runner = runner
@@ -181,6 +181,9 @@ class StepHandle:
         self.step = step
         self.last_outcome = ""  # outcome of this step's call that ended last
         self.answer: Call | None = None  # the answer the step delivers (last ok by default)
+        #: Output tokens of the step's answer received so far by calls cut or broken
+        #: mid-stream (kept only under a policy with `resume`: its retries ask for the rest).
+        self.received = 0
         #: Every attempt's call and its drawn times (kept only for a policy that reads them).
         self.flights: dict[int, Flight] | MappingProxyType[int, Flight] = (
             {} if runner.keeps_flights else _NO_FLIGHTS

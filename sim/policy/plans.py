@@ -28,13 +28,16 @@ StepGenerator = Generator[simpy.Event, Any, bool]
 class Attempt:
     """Where and how long one attempt runs: provider, model, cut after `give_up_after` seconds;
     the cuts that watch its stream: no first token `first_token_after` seconds after it was
-    sent, no token for `idle_after` seconds mid-stream (None: off)."""
+    sent, no token for `idle_after` seconds mid-stream (None: off); `resume`: after a
+    mid-stream cut or break of this step, the attempt sends the text received as prefill and
+    asks only for the rest (`sim.engine.event_calls`)."""
 
     provider: str
     model: str
     give_up_after: float | None
     first_token_after: float | None = None
     idle_after: float | None = None
+    resume: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,7 +133,7 @@ BAD_VALUES = [
         [
             "did you mean 'retries'",
             "allowed: admission, backoff, controls, cutoff, first_token_timeout_s, idle_timeout_s, "
-            "kind, propagate_deadline, providers, retries, steps",
+            "kind, propagate_deadline, providers, resume, retries, steps",
         ],
         id="unknown-key-policy",
     ),

@@ -203,6 +203,11 @@ class StreamCuts(Spec):
     idle_timeout_s: PositiveFloat | None = Field(
         default=None, description="cut an attempt once no token has come for this long"
     )
+    resume: bool = Field(
+        default=False,
+        description="a retry after a mid-stream cut or break sends the text received so far "
+        "as prefill and asks only for the rest",
+    )
 
 
 class WaitPolicy(StreamCuts, PolicyBase):

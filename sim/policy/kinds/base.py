@@ -31,7 +31,8 @@ NEUTRAL = ""
 #: The cuts that watch a call's stream (`sim.model.config.StreamCuts`), each a feature of its own
 #: (the vectorized engine does not run them yet).
 STREAM_CUT_FIELDS = {"first_token_timeout_s": "stream.first_token_timeout",
-                     "idle_timeout_s": "stream.idle_timeout"}  # fmt: skip
+                     "idle_timeout_s": "stream.idle_timeout",
+                     "resume": "stream.resume"}  # fmt: skip
 
 
 def _one(spec: Any) -> int:
@@ -133,10 +134,15 @@ def seconds(value: float | str | None, fallback: float | None) -> float | None:
     return fallback
 
 
-def stream_cuts(spec: Any) -> tuple[float | None, float | None]:
-    """A spec's cuts that watch the stream (`first_token_timeout_s`, `idle_timeout_s`), as the
-    `Attempt` fields after `give_up_after`; (None, None) for a kind without them."""
-    return getattr(spec, "first_token_timeout_s", None), getattr(spec, "idle_timeout_s", None)
+def stream_cuts(spec: Any) -> tuple[float | None, float | None, bool]:
+    """A spec's cuts that watch the stream (`first_token_timeout_s`, `idle_timeout_s`) and
+    whether a retry resumes a cut or broken stream (`resume`), as the `Attempt` fields after
+    `give_up_after`; (None, None, False) for a kind without them."""
+    return (
+        getattr(spec, "first_token_timeout_s", None),
+        getattr(spec, "idle_timeout_s", None),
+        getattr(spec, "resume", False),
+    )
 
 
 def shared_backoff(by_step: dict[str, Policy]) -> tuple[bool, BackoffSpec | None]:
