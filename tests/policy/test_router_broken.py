@@ -3,20 +3,20 @@ LiteLLM's Router handles `MidStreamFallbackError` (sim/policy/kinds/router.py, d
 "On a stream"): counted against its deployment as a failure, never retried in its group; 1.80
 walks the group's fallbacks, 1.110.2 only with `enable_mid_stream_fallback_continuation`, else the
 error is the request's. Scripted calls (tests/policy/test_router.py's fake run) make the
-timelines exact; a whole run of the event engine counts the calls a broken stream leads to."""
+timelines exact, and LiteLLM's own Router over HTTP is held to them; a whole run of the event
+engine counting the calls a broken stream leads to is in tests/integration/test_router.py."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 from typing import Any
 
-import pandas as pd
 import pytest
 import simpy
 
-import sim
 from sim.model.rows import OUTCOME_BROKEN, OUTCOME_ERROR, OUTCOME_OK
-from sim.model.scenario import scenario_from_dict
-from tests.policy.test_router import FakeRun, _router, _run
+from tests.policy.test_router import FakeRun, _drive, _ours, _router, _run
 
 EPS = 1e-9
 
@@ -79,74 +79,56 @@ def test_a_broken_stream_cools_its_deployment_down() -> None:
     assert second.log == [(3.0, "b", OUTCOME_OK)]
 
 
-# ----------------------------------------------------------------------------- in the event engine
+# ----------------------------------------------------------------------------- against litellm
+
+_CONTINUE = {"enable_mid_stream_fallback_continuation": True}
+_SMALL = {"fallbacks": [{"big": ["small"]}]}
+#: (deployments' streams: `break` after a first chunk, or `ok`; Router keys).
+STREAMED: list[tuple[dict[str, str], dict[str, Any]]] = [
+    ({"a": "break", "c": "ok"}, {"num_retries": 2, **_SMALL}),
+    ({"a": "break", "c": "ok"}, {"num_retries": 2, **_SMALL, **_CONTINUE}),
+    # b is healthy and num_retries 2, yet no retry in the group: the fallback at once, or none
+    (
+        {"a": "break", "b": "ok", "c": "ok"},
+        {"routing_strategy": "least-busy", **_SMALL, **_CONTINUE},
+    ),
+    ({"a": "break", "b": "ok"}, {"routing_strategy": "least-busy", **_CONTINUE}),
+]
 
 
-def _broken_run(rate: float, **router: Any) -> pd.DataFrame:
-    """A whole run: group big on a (streams break at `rate`) and b, fallback group small on c."""
-    law = {
-        "ttft_s": {"dist": "constant", "value": 0.5},
-        "tokens_per_s": {"median": 100, "p99": 200},
-    }
-    data = {
-        "name": "broken",
-        "seed": 3,
-        "deadline_s": 60,
-        "requests": 400,
-        "arrivals": {"kind": "poisson", "rate_per_s": 2.0},
-        "models": {"big": {}, "small": {}},
-        "providers": {
-            "a": {"serves": {"big": {**law, "mid_stream_error_rate": rate}}},
-            "b": {"serves": {"big": law}},
-            "c": {"serves": {"small": law}},
-        },
-        "workflow": {"steps": [{"id": "s1", "model": "big", "output_tokens": 50, "stream": True}]},
-        "policies": {
-            "litellm": {
-                "kind": "router",
-                "num_retries": 2,
-                "fallbacks": {"big": ["small"]},
-                "disable_cooldowns": True,  # every request sees the same two deployments
-                **router,
-            }
-        },
-    }
-    result = sim.run(scenario_from_dict(data))
-    assert result.engines["litellm"] == "des"
-    return result.calls.sort_values(["request_id", "start_s"])
+@pytest.fixture(scope="module")
+def streamed_results() -> tuple[str, list[Any]]:
+    release = _release()
+    jobs = [[plan, _keys_for(keys, release)] for plan, keys in STREAMED]
+    return _drive("streamed", jobs)
 
 
-def _after_broken(calls: pd.DataFrame) -> pd.Series:
-    """Per broken call: the providers of the calls its request made after it."""
-    rows = []
-    for _, request in calls.groupby("request_id"):
-        providers, outcomes = list(request["provider"]), list(request["outcome"])
-        for i, outcome in enumerate(outcomes):
-            if outcome == OUTCOME_BROKEN:
-                rows.append("".join(providers[i + 1 :]))
-    return pd.Series(rows, dtype=object)
+def _release() -> str:
+    """The installed litellm's release ("1.80", "1.110"), or "" if there is none."""
+    if importlib.util.find_spec("litellm") is None:
+        return ""
+    return ".".join(importlib.metadata.version("litellm").split(".")[:2])
 
 
-def test_in_the_engine_each_broken_stream_leads_to_one_fallback_call() -> None:
-    calls = _broken_run(0.5, enable_mid_stream_fallback_continuation=True)
-    after = _after_broken(calls)
-    # seed 3 fixed; rate 0.5 on half the picks: broken calls ~ Binomial(400, 0.25), mean 100,
-    # SE 8.7 (seed 3 gives 108); ">= 50" (5.8 SE below the mean) only guards against a run
-    # with too few breaks to mean anything, the per-call checks are exact
-    assert len(after) >= 50
-    assert (after == "c").all()  # straight to small's c, never a retry on a or b
-    assert (calls.loc[calls["provider"] == "c", "outcome"] == OUTCOME_OK).all()
-    # without the continuation (1.110's default) a broken stream is the request's last call
-    calls = _broken_run(0.5)
-    after = _after_broken(calls)
-    assert len(after) >= 50
-    assert (after == "").all()
-    assert (calls["provider"] != "c").all()
+def _keys_for(keys: dict[str, Any], release: str) -> dict[str, Any]:
+    """The Router's keys for `release` (1.80 has no continuation key: it always falls back)."""
+    return {k: v for k, v in keys.items() if release != "1.80" or k not in _CONTINUE}
 
 
-def test_in_the_engine_no_break_means_no_fallback_call() -> None:
-    # mid_stream_error_rate 0: the same calls as before the rule, none on the fallback group
-    calls = _broken_run(0.0, enable_mid_stream_fallback_continuation=True)
-    assert (calls["outcome"] == OUTCOME_OK).all()
-    assert (calls["provider"] != "c").all()
-    pd.testing.assert_frame_equal(calls, _broken_run(0.0))
+@pytest.mark.slow
+@pytest.mark.parametrize(("plan", "keys"), STREAMED)
+def test_litellms_own_router_on_a_broken_stream_calls_the_same(
+    plan: dict[str, str], keys: dict[str, Any], streamed_results: Any
+) -> None:
+    """A stream broken after its first chunk over HTTP (SSE on loopback, free port) through
+    litellm's Router and through the router kind set to that release: the same deployments
+    called in order, the same end (the answer from the fallback, or the stream's error)."""
+    release, results = streamed_results
+    sleeps, called, answered = results[STREAMED.index((plan, keys))]
+    outcome = {"break": OUTCOME_BROKEN, "ok": OUTCOME_OK}
+    run = FakeRun(simpy.Environment(), {p: outcome[o] for p, o in plan.items()}, seconds=0.0)
+    result = _run(_router(**_ours(_keys_for(keys, release), plan), litellm_version=release), run)
+    run.env.run()
+    assert sleeps == []
+    assert [p for _, p, _ in run.log] == called
+    assert result == [answered]
