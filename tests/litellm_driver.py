@@ -6,7 +6,9 @@ deployment that answered or null). `asyncio.sleep` is recorded, not slept, and `
 returns 0.5 (the jitter's draw), so nothing here depends on wall time. "mocked": deployments
 fail by `mock_response` (no Retry-After header), one request per job. "served": deployments
 are local HTTP servers (aiohttp, 127.0.0.1, port 0) answering per plan (a 429 carries
-`Retry-After: 2`), two requests per job one after the other.
+`Retry-After: 2`), two requests per job one after the other. "streamed": the same servers
+stream the answer (SSE): a first chunk, then `break` sends an error event (a stream broken
+mid-answer) and `ok` the rest; one streamed request per job, read to its end.
 """
 
 from __future__ import annotations
@@ -113,11 +115,66 @@ async def served(plan: dict[str, list[str]], groups: dict[str, str], keys: dict)
     return [list(SLEEPS), per_request, answers]
 
 
+def _chunk(text: str, finish: str | None = None) -> bytes:
+    delta = {"role": "assistant", "content": text} if text else {}
+    data = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+async def streamed(plan: dict[str, str], groups: dict[str, str], keys: dict) -> list:
+    runners, model_list = [], []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(_chunk("Hello "))
+        if plan[request.app["name"]] == "break":
+            await response.write(b'data: {"error": {"message": "overloaded", "code": 500}}\n\n')
+        else:
+            await response.write(_chunk("world", "stop") + b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    for name in plan:
+        app = web.Application()
+        app["name"] = name
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        # a continuation goes only to deployments that take an assistant prefill
+        info = {"id": name, "supports_assistant_prefill": True}
+        base = f"http://127.0.0.1:{port}/v1"
+        model_list.append({"model_name": groups[name], "model_info": info,
+                           "litellm_params": {"model": "openai/m", "api_key": "x",
+                                              "api_base": base}})  # fmt: skip
+    router = litellm.Router(model_list=model_list, **keys)
+    messages = [{"role": "user", "content": "hi"}]
+    text, answered = "", True
+    asyncio.sleep = _sleep  # type: ignore[assignment]
+    try:
+        response = await router.acompletion(model="big", messages=messages, stream=True)
+        async for part in response:
+            text += part.choices[0].delta.content or ""
+    except Exception:  # the stream's error reached the caller
+        answered = False
+    finally:
+        asyncio.sleep = _REAL_SLEEP  # type: ignore[assignment]
+        await _REAL_SLEEP(0.2)  # let the failure callbacks finish
+        for runner in runners:
+            await runner.cleanup()
+    return [list(SLEEPS), list(CALLED), answered and text == "Hello world"]
+
+
 def main() -> None:
     request = json.loads(sys.stdin.read())
     random.random = lambda: 0.5  # type: ignore[assignment]
     litellm.callbacks = [_Calls()]
-    drive = mocked if request["mode"] == "mocked" else served
+    drive = {"mocked": mocked, "served": served, "streamed": streamed}[request["mode"]]
     results = []
     for case, keys in request["jobs"]:
         SLEEPS.clear()

@@ -127,7 +127,7 @@ class CallMaker:
         run.active.add(process)
         cut, first, idle = plan.give_up_after, plan.first_token_after, plan.idle_after
         sdk_label = None
-        if provider.sdk_timeout is not None:  # the client's own timeout (off the fast path)
+        if provider.sdk_times:  # the client's own timeout (off the fast path)
             cut, sdk_label, first, idle = client_cuts(provider, handle.step.stream, plan, cut)
         try:
             if handle.plain and first is None and idle is None:
@@ -478,12 +478,13 @@ def client_cuts(
     retried by the client (None: that timeout binds no cut), first-token cut, idle cut).
 
     Without a stream the timeout bounds the whole call, as today. On a stream it is the read
-    timeout between bytes (openai's `timeout` is httpx's read timeout, docs/clients.md): the
-    longest wait for the first token from the send (a cut there the client retries, as it
-    retries a timeout before the response headers) and for each next token (a mid-stream cut
-    it does not retry: httpx raises while the answer is being read)."""
+    timeout between bytes (openai's and anthropic's `timeout` is httpx's read timeout;
+    LiteLLM's `stream_timeout`, `sdk.stream_timeout_s`, replaces its timeout there:
+    docs/clients.md): the longest wait for the first token from the send (a cut there the
+    client retries, as it retries a timeout before the response headers) and for each next
+    token (a mid-stream cut it does not retry: httpx raises while the answer is being read)."""
     first, idle = plan.first_token_after, plan.idle_after
-    timeout = provider.sdk_timeout
+    timeout = provider.sdk_stream_timeout if stream else provider.sdk_timeout
     if timeout is None:
         return cut, None, first, idle
     if not stream:

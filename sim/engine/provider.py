@@ -65,6 +65,12 @@ class Provider:
         self.sdk_retries = spec.sdk.retries
         #: The client's per-attempt timeout (None: none), restarted on each SDK retry.
         self.sdk_timeout = spec.sdk.timeout_s
+        #: Its read timeout on a streamed step: `stream_timeout_s` (LiteLLM's `stream_timeout`),
+        #: else `timeout_s` (None: none); `client_cuts` turns it into the stream's cuts.
+        stream_timeout = spec.sdk.stream_timeout_s
+        self.sdk_stream_timeout = stream_timeout if stream_timeout is not None else self.sdk_timeout
+        #: Either timeout set: the call's cuts go through `client_cuts` (off the fast path).
+        self.sdk_times = self.sdk_timeout is not None or self.sdk_stream_timeout is not None
         #: The call outcomes the client retries (its `retry_on`; timeouts: its own only).
         self.sdk_retried = frozenset(
             outcome

@@ -369,6 +369,12 @@ class RouterPolicy(PolicyBase):
     max_latency_list_size: Annotated[int, Field(ge=1)] = Field(
         default=10, description="latency-based-routing: latencies kept per deployment"
     )
+    enable_mid_stream_fallback_continuation: bool = Field(
+        default=False,
+        description="1.110: a stream broken after its first token goes to the fallbacks "
+        "(LiteLLM sends the partial as prefill, tailsim starts the answer over); off: the error "
+        "is the request's. 1.80 always falls back",
+    )
 
 
 class PerStepPolicy(PolicyBase):

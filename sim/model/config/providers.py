@@ -185,6 +185,11 @@ class SdkSpec(Spec):
         default=None,
         description="per-attempt timeout, restarted on each SDK retry (client clock)",
     )
+    stream_timeout_s: PositiveFloat | None = Field(
+        default=None,
+        description="on a streamed step, the read timeout in place of timeout_s (LiteLLM's "
+        "stream_timeout); none: timeout_s",
+    )
     honours_deadline: bool = Field(
         default=True,
         description="true: never sleeps past the policy's cut or the deadline; false: sleeps "

@@ -30,13 +30,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "retry_after_integer_only": False,
         "retry_after_jitter_s": 0.0,
         "timeout_s": None,
+        "stream_timeout_s": None,
         "honours_deadline": True,
     },
     # openai 3.57.0: DEFAULT_MAX_RETRIES 2, INITIAL_RETRY_DELAY 0.5, MAX_RETRY_DELAY 8.0,
     # MAX_RETRY_AFTER_DELAY 120 (_constants.py); _calculate_retry_timeout: a Retry-After in
     # (0, 120] is waited, else min(0.5 * 2^k, 8) * (1 - 0.25 U); _should_retry: a Retry-After
     # above 120 s is not retried; 408/409/429/5xx, timeouts and connection errors are;
-    # _parse_retry_after_header prefers retry-after-ms; DEFAULT_TIMEOUT 600 s per attempt.
+    # _parse_retry_after_header prefers retry-after-ms; DEFAULT_TIMEOUT 600 s per attempt; on
+    # a stream that timeout is httpx's read timeout (AsyncStream._iter_events), no other.
     "openai": {
         "retries": 2,
         "retry_on": _SDK_RETRY_ON,
@@ -47,11 +49,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "retry_after_integer_only": False,
         "retry_after_jitter_s": 0.0,
         "timeout_s": 600.0,
+        "stream_timeout_s": None,
         "honours_deadline": False,
     },
     # anthropic 2.15.0: the same constants and backoff; _calculate_retry_timeout waits any
     # positive Retry-After (capped at 4,294,967 s, time.sleep's limit), retry-after-ms first;
     # _should_retry / _should_retry_exception: 408/409/429/5xx, connection errors and timeouts.
+    # On a stream (messages.create(stream=True)) DEFAULT_TIMEOUT (600 s, connect 5 s) is kept
+    # as httpx's read timeout (_calculate_nonstreaming_timeout runs only when not stream), so
+    # no stream timeout of its own; a mid-stream SSE `error` event (overloaded_error after
+    # HTTP 200) is raised by Stream.__stream__ as APIStatusError after the retry loop returned:
+    # not retried (anthropics/anthropic-sdk-python#688).
     "anthropic": {
         "retries": 2,
         "retry_on": _SDK_RETRY_ON,
@@ -62,13 +70,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "retry_after_integer_only": False,
         "retry_after_jitter_s": 0.0,
         "timeout_s": 600.0,
+        "stream_timeout_s": None,
         "honours_deadline": False,
     },
     # litellm 1.110.2: calculate_retry_after: an integer Retry-After in (0, 60] is waited plus
     # JITTER * U (JITTER 0.75), else min(0.5 * 2^k, 8) + 0.75 U (INITIAL_RETRY_DELAY 0.5,
     # MAX_RETRY_DELAY 8.0); the header is read with int(), so retry-after-ms and fractional
     # values are ignored; should_retry: 408/409/429/5xx; DEFAULT_MAX_RETRIES 2;
-    # request_timeout DEFAULT_REQUEST_TIMEOUT_SECONDS 6000 per attempt.
+    # request_timeout DEFAULT_REQUEST_TIMEOUT_SECONDS 6000 per attempt. stream_timeout
+    # (litellm_core_utils/completion_timeout.py CompletionTimeout.for_stream) replaces the
+    # request timeout on a live stream and bounds each read; unset by default (None: the
+    # request timeout is the stream's read timeout).
     "litellm": {
         "retries": 2,
         "retry_on": _SDK_RETRY_ON,
@@ -85,6 +97,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "retry_after_integer_only": True,
         "retry_after_jitter_s": 0.75,
         "timeout_s": 6000.0,
+        "stream_timeout_s": None,
         "honours_deadline": False,
     },
 }

@@ -29,7 +29,15 @@ Read from litellm 1.80.0's source (file: function):
   a failed call (429, timeout, 5xx) may cool its deployment down for every request; the time is
   the deployment's `cooldown_time`, else a 429's Retry-After, else the router's;
 - the routing strategies (`router_strategy/simple_shuffle.py`, `least_busy.py`,
-  `lowest_latency.py`, `lowest_tpm_rpm_v2.py`) over the deployments not cooling down.
+  `lowest_latency.py`, `lowest_tpm_rpm_v2.py`) over the deployments not cooling down;
+- a stream that breaks after its first chunk (`mid_stream_error_rate`):
+  `litellm_core_utils/streaming_handler.py: CustomStreamWrapper.__anext__` logs the failure
+  (so `deployment_callback_on_failure` counts it) and raises `MidStreamFallbackError`, which
+  `Router._acompletion_streaming_iterator` catches to walk the group's fallbacks
+  (`async_function_with_fallbacks_common_utils`, no retry in the group). 1.110.2
+  (`router_rust/invoke/streaming.py: _acompletion_streaming_iterator`) counts and cools it the
+  same way (`StreamAttempt.report_failure`) but, once content was sent, raises the provider's
+  error unless the Router has `enable_mid_stream_fallback_continuation`.
 
 LiteLLM's caches keep a key's first TTL until it expires (`InMemoryCache.allow_ttl_override`),
 so every counter here is a fixed window opened by its first event. State is per simulation
@@ -57,6 +65,7 @@ from sim.model.config.router import (
     DeploymentSpec,
 )
 from sim.model.rows import (
+    OUTCOME_BROKEN,
     OUTCOME_ERROR,
     OUTCOME_OK,
     OUTCOME_RATE_LIMITED,
@@ -68,9 +77,20 @@ from sim.policy.kinds.base import Kind
 from sim.policy.plans import Attempt, Policy, StepGenerator, StepRun
 from sim.policy.routes import Routes
 
-#: The router's view of a failed attempt: LiteLLM's exception type.
+#: The router's view of a failed attempt: LiteLLM's exception type. BROKEN: a stream that broke
+#: after its first chunk (`mid_stream_error_rate`), LiteLLM's `MidStreamFallbackError` around
+#: the provider's error: counted and cooled down as a server error, never retried in its group,
+#: and then either the request's error or the start of the group's fallbacks (`_broken`).
 RATE_LIMIT, TIMEOUT, SERVER, NO_DEPLOYMENT = "rate_limit", "timeout", "server", "no_deployment"
-_FAILURE = {OUTCOME_RATE_LIMITED: RATE_LIMIT, OUTCOME_TIMEOUT: TIMEOUT, OUTCOME_ERROR: SERVER}
+BROKEN = "broken"
+_FAILURE = {
+    OUTCOME_RATE_LIMITED: RATE_LIMIT,
+    OUTCOME_TIMEOUT: TIMEOUT,
+    OUTCOME_ERROR: SERVER,
+    OUTCOME_BROKEN: BROKEN,
+}
+#: A step's end the router neither retries nor falls back from.
+_FINAL = ("ok", "answered", "closed", BROKEN)
 #: litellm constants: a deployment's minute counters (s), the v2 rule's failure share, the
 #: traffic above which even a single deployment cools down, the latency of a timed-out call.
 _MINUTE_S, _FAILURE_SHARE, _SINGLE_TRAFFIC, _TIMEOUT_LATENCY = 60.0, 0.5, 1000, 1000.0
@@ -149,6 +169,8 @@ class Router(Policy):
         self.spec = spec
         #: litellm 1.110.2's Router, where it differs from 1.80.0's (see the module docstring)
         self.v110 = spec.litellm_version == "1.110"
+        #: A broken stream goes to the fallbacks (1.80 always; 1.110 if asked to continue it).
+        self.falls_back_mid_stream = not self.v110 or spec.enable_mid_stream_fallback_continuation
         self.groups: dict[str, list[Deployment]] = {}
         given = spec.deployments or {}
         for model in routes.models:
@@ -179,8 +201,32 @@ class Router(Policy):
     ) -> Generator[simpy.Event, Any, str]:
         """`async_function_with_fallbacks`: the group's retries, then its fallbacks in order."""
         result = yield from self._with_retries(run, group, counters)
+        if result == BROKEN:
+            return (yield from self._broken(run, group, depth, counters))
         if result != "failed":
             return result
+        return (yield from self._fallbacks(run, group, depth, counters))
+
+    def _broken(
+        self, run: StepRun, group: str, depth: int, counters: list[int]
+    ) -> Generator[simpy.Event, Any, str]:
+        """A stream of `group` broke after its first chunk. 1.80 (`_acompletion_streaming_iterator`
+        catching `MidStreamFallbackError`) and 1.110 with `enable_mid_stream_fallback_continuation`
+        walk the group's fallbacks from inside the stream, the partial answer sent as prefill
+        (here the answer starts over); a walk that fails raises to the caller, so the walk
+        that returned this stream goes no further ("answered"). 1.110 without it raises the
+        provider's error (`_raise_original_mid_stream_error`): no retry, no fallback."""
+        if not self.falls_back_mid_stream:
+            return "answered"
+        result = yield from self._fallbacks(run, group, depth, counters)
+        return "answered" if result == "failed" else result
+
+    def _fallbacks(
+        self, run: StepRun, group: str, depth: int, counters: list[int]
+    ) -> Generator[simpy.Event, Any, str]:
+        """`run_async_fallback`: the fallbacks of `group` (exact, else `*`) in order, each with
+        its own retries and fallbacks, while the depth is below `max_fallbacks`."""
+        result = "failed"
         fallbacks = self.spec.fallbacks
         if fallbacks is None:
             return result
@@ -202,10 +248,11 @@ class Router(Policy):
         self, run: StepRun, group: str, counters: list[int]
     ) -> Generator[simpy.Event, Any, str]:
         """`async_function_with_retries`: "ok", "answered" (a response that is not an answer:
-        no retry, no fallback), "closed" (the request ended) or "failed"."""
+        no retry, no fallback), BROKEN (a stream broke after its first chunk: the call had
+        returned, no retry), "closed" (the request ended) or "failed"."""
         state = self.state(run.env)
         first, retry_after = yield from self._attempt(run, group, state, counters)
-        if first in ("ok", "answered", "closed"):
+        if first in _FINAL:
             return first
         members = self.groups[group]
         if not self._healthy(state, members, run.env.now):
@@ -218,7 +265,7 @@ class Router(Policy):
             if run.closed:
                 return "closed"
             outcome, _ = yield from self._attempt(run, group, state, counters)
-            if outcome in ("ok", "answered", "closed"):
+            if outcome in _FINAL:
                 return outcome
             if self.v110 and not self._healthy(state, members, run.env.now):
                 return "failed"  # 1.110: nothing healthy left, no sleep: on to the fallbacks
