@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from sim.engine.vector_calls import (
     ClientChunk,
     UnsupportedError,
 )
+from sim.engine.vector_streams import broken_services, stream_cut
 from sim.model.backoff import sdk_wait
 from sim.model.config import BackoffSpec, ProviderSpec, SdkSpec
 from sim.model.hardness import Hardness
@@ -144,9 +146,11 @@ class VectorClient:
     _columns: dict[tuple[str | int, ...], np.ndarray]
     _probed_client: set[tuple[str | int, ...]]
     #: A call slot's draws (`VectorDraws._draws`).
-    _draws: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    _draws: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]]
+    #: The onsets of a call slot's mid-stream stalls (`VectorDraws._onsets`).
+    _onsets: Callable[..., np.ndarray]
     #: A call slot's stream (`VectorDraws._call_stream`).
-    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray] | None]
+    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, Any] | None]
 
     def _client_attempt(
         self,
@@ -223,7 +227,9 @@ class VectorClient:
         seconds after it (inf: never), lived uninterrupted as `event_calls.serve` with a free slot
         and, for its overhead's after part, `event_calls._late`."""
         client = self._clients[plan.provider]
-        ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows, sdk)
+        ttft, generation, stalled, extra, drawn, broken_at = self._draws(
+            step, attempt, plan, rows, sdk
+        )
         overhead = np.zeros(len(rows))
         after = None
         if client.overhead is not None:  # the held part delays the first token
@@ -231,6 +237,21 @@ class VectorClient:
             held = overhead * client.held
             after = overhead - held
             ttft += held
+        label, broke = None, None
+        first, idle = plan.first_token_after, plan.idle_after
+        if broken_at is not None or first is not None or idle is not None:  # its stream matters
+            onset = self._onsets(step, attempt, rows, stalled, sdk)
+            if broken_at is not None:
+                broke, at_break = broken_services(
+                    ttft, generation, stalled, extra, onset, drawn, broken_at
+                )
+            if first is not None or idle is not None:
+                stall = np.zeros(len(rows))
+                stall[stalled] = extra
+                cut, label = stream_cut(
+                    cut, ttft, generation, stall, onset, drawn, broken_at, first, idle
+                )
+                by_sdk = by_sdk & (label == 0)  # a stream cut is the caller's, never retried
         # service: ttft + generation + stall (summed in that order), ttft alone if it failed
         service = ttft + generation
         generating = generation  # ours to change: generation + stall
@@ -238,13 +259,18 @@ class VectorClient:
             service[stalled] += extra
             generating[stalled] += extra
         np.copyto(service, ttft, where=drawn != OK)
+        if broke is not None:  # served to its break
+            service[broke] = at_break
         served = start + service
         kind = np.zeros(len(rows), dtype=np.int8)  # K_NATURAL
         over = np.flatnonzero(~(service <= cut) | (cut <= _SAME_INSTANT))
         if len(over):  # cut at its give-up, or as it got its slot (granted at that instant)
             unserved = cut[over] <= _SAME_INSTANT
             served[over] = np.where(unserved, start[over], start[over] + cut[over])
-            kind[over] = np.where(unserved, K_UNSERVED, K_CUT)
+            cut_kind = K_CUT if label is None else np.where(label[over] != 0, label[over], K_CUT)
+            kind[over] = np.where(unserved, K_UNSERVED, cut_kind)
+            if label is not None and (unserved & (label[over] != 0)).any():
+                raise UnsupportedError("a stream cut at the instant a call is sent")
         fits = kind == K_NATURAL
         natural = served.copy()
         zero = fits & (service == 0)
@@ -315,7 +341,9 @@ class VectorClient:
             for which, tokens in groups:  # a hard request's calls: their own (longer) answers
                 part = kept if which is None else {n: v[which] for n, v in kept.items()}
                 if stream is not None:
-                    part["stream"] = tuple(a if which is None else a[which] for a in stream)
+                    part["stream"] = tuple(
+                        a if which is None or a is None else a[which] for a in stream
+                    )
                 self.log.add(
                     ClientChunk(
                         its if which is None else its[which],

@@ -1,0 +1,187 @@
+"""The vectorized engine against the event engine on the stream features (issue 26, item 5).
+
+A stall's place (`stall.where`: mid_stream, before_first_token, a share of each), a mid-stream
+break (`mid_stream_error_rate`) and the cuts that watch the stream (`first_token_timeout_s`,
+`idle_timeout_s`) are per-call rules, so where nothing is shared the vectorized engine runs
+them and must give the event engine's tables on the same arrivals and draws: every column of
+every call equal to the last bit (ttft_s, tokens_streamed, cost, outcome, ended_by, end), and
+every column of every request too but `cost_usd`, a sum of the calls' costs that the engines
+add in another order (race and hedge: the order calls end), within rtol 1e-12 as in
+tests/engine/test_vectorized.py. On a chain with retries, a `cutoff` (seconds and pNN), a
+deadline that cuts runs, every policy and every `billing.cancelled`, with and without the
+providers' client rules; the scenario is checked to exercise what it should (broken answers,
+stalls before the first token, calls cut during a stall).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.engine import qualify
+from sim.model.config import Scenario
+from sim.model.scenario import scenario_from_dict
+from sim.plan import compile_scenario
+from tests.engine.test_vectorized import POLICIES, both_engines, tail_serving
+from tests.helpers import build, step
+
+RTOL = 1e-12
+WHERE: dict[str, Any] = {
+    "mid": "mid_stream",
+    "before": "before_first_token",
+    "share": {"before_first_token": 0.4},
+}
+
+
+def assert_equal(scenario: Scenario, policy: str, n: int = 200, seed: int = 0) -> pd.DataFrame:
+    """Both engines' calls equal to the last bit, their requests too (but `cost_usd`, within
+    rtol 1e-12: the same calls' costs summed in another order); returns the event engine's
+    calls."""
+    (des_requests, des_calls), (vec_requests, vec_calls) = both_engines(
+        scenario, policy, n=n, seed=seed
+    )
+    pd.testing.assert_frame_equal(vec_calls, des_calls, check_exact=True)
+    exact = [c for c in des_requests.columns if c != "cost_usd"]
+    pd.testing.assert_frame_equal(vec_requests[exact], des_requests[exact], check_exact=True)
+    np.testing.assert_allclose(vec_requests["cost_usd"], des_requests["cost_usd"], rtol=RTOL)
+    return des_calls
+
+
+def stream_serving(
+    where: Any, break_rate: float, ttft: float = 0.8, speed: float = 80.0
+) -> dict[str, Any]:
+    """`tail_serving` (heavy tails, 12% errors, 12% junk) with stalls on 30% of calls placed by
+    `where` and `break_rate` of the answers breaking mid-stream."""
+    spec = tail_serving(ttft, speed, mid_stream_error_rate=break_rate)
+    spec["stall"] = {"probability": 0.3, "extra_s": {"median": 6.0, "p99": 25.0}, "where": where}
+    return spec
+
+
+def stream_scenario(
+    where: Any,
+    break_rate: float = 0.2,
+    billing: str = "elapsed",
+    policies: dict[str, Any] | None = None,
+    deadline_s: float = 10.0,
+) -> Scenario:
+    """Three chained steps on two providers whose calls stall (placed by `where`) and break."""
+    providers = {
+        "p1": {
+            "serves": {
+                "big": stream_serving(where, break_rate),
+                "small": stream_serving(where, break_rate, 0.3, 200.0),
+            }
+        },
+        "p2": {
+            "serves": {
+                "big": stream_serving(where, break_rate, 1.0, 70.0),
+                "small": stream_serving(where, break_rate, 0.4, 180.0),
+            }
+        },
+    }
+    return build(
+        [step("s1"), step("s2", "s1"), step("s3", "s2")],
+        policies or POLICIES,
+        providers=providers,
+        deadline_s=deadline_s,
+        billing={"cancelled": billing},
+        arrivals={"kind": "poisson", "rate_per_s": 2.0},
+    )
+
+
+# ---------------------------------------------------------------- a stall's place, a break
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_every_policy_agrees_on_placed_stalls_and_breaks(policy: str, where: str) -> None:
+    calls = assert_equal(stream_scenario(WHERE[where]), policy)
+    assert {"ok", "error", "invalid", "broken"} <= set(calls["outcome"])
+    broken = calls[calls["outcome"] == "broken"]
+    assert (broken["tokens_streamed"] < broken["output_tokens"] + 1).all()
+    assert broken["ttft_s"].notna().all()
+
+
+@pytest.mark.parametrize("billing", ["full", "none"])
+@pytest.mark.parametrize("policy", ["wait_timeout", "cut_percentile", "race_full", "hedge_seconds"])
+def test_the_other_billing_rules_agree(policy: str, billing: str) -> None:
+    for where in WHERE.values():
+        assert_equal(stream_scenario(where, billing=billing), policy)
+
+
+def test_several_seeds_and_deadlines() -> None:
+    for seed in (1, 2, 3):
+        for deadline in (4.0, 30.0):
+            scenario = stream_scenario(WHERE["share"], deadline_s=deadline)
+            for policy in ("wait", "cut_seconds", "race", "downshift"):
+                assert_equal(scenario, policy, n=150, seed=seed)
+
+
+def test_a_stall_before_the_first_token_delays_it_in_both_engines() -> None:
+    """The same draws with every stall before the first token instead of mid-stream (no
+    cuts, no deadline: the same calls): a stalled call's first token comes its stall later
+    and an answer ends when it did (up to rounding: the sum's order differs; an error, at
+    its first token, ends later, and so do the calls after it); 30% of calls stall
+    (within 4 standard errors, sqrt(0.3 x 0.7 / calls), a false alarm once in 16 000)."""
+    policies = {"wait": {"kind": "wait", "retries": 2}}
+    mid, before = (
+        assert_equal(stream_scenario(w, 0.0, policies=policies, deadline_s=1e6), "wait")
+        for w in ("mid_stream", "before_first_token")
+    )
+    assert len(mid) == len(before)
+    served = mid["ttft_s"].notna().to_numpy()
+    delay = (before["ttft_s"] - mid["ttft_s"]).to_numpy()[served]
+    assert (delay >= 0).all()
+    share = (delay > 0).mean()
+    assert abs(share - 0.3) < 4 * np.sqrt(0.3 * 0.7 / len(delay)), share
+    # the first calls (sent at arrival in both) that answer end when they did
+    first = ((mid["step"] == "s1") & (mid["attempt"] == 0) & (mid["outcome"] == "ok")).to_numpy()
+    np.testing.assert_allclose(before["end_s"][first], mid["end_s"][first], rtol=RTOL)
+
+
+def test_elapsed_billing_of_calls_cut_during_a_mid_stream_stall() -> None:
+    """A `cutoff` of 3 s cuts many calls inside a mid-stream stall: both engines bill what
+    streamed before its onset, and broken calls what streamed before the break."""
+    calls = assert_equal(stream_scenario("mid_stream"), "cut_seconds")
+    cut = calls[calls["outcome"] == "timeout"]
+    assert (cut["tokens_streamed"] > 0).any()
+    assert (cut["output_tokens"] == cut["tokens_streamed"]).all()  # elapsed: billed as streamed
+    broken = calls[calls["outcome"] == "broken"]
+    assert (broken["output_tokens"] == broken["tokens_streamed"]).all()
+
+
+def client_scenario(where: Any, billing: str) -> Scenario:
+    """`stream_scenario` with client rules: openai's SDK with a 4 s timeout and overhead on p1,
+    anthropic's with two retries on p2."""
+    data = stream_scenario(where, billing=billing).model_dump(exclude_defaults=True)
+    data["providers"]["p1"] |= {
+        "sdk": {"preset": "openai", "timeout_s": 4.0},
+        "overhead_s": {"median": 0.05, "p99": 0.4},
+        "overhead_held": 0.5,
+    }
+    data["providers"]["p2"] |= {"sdk": {"preset": "anthropic", "retries": 2}}
+    return scenario_from_dict(data)
+
+
+@pytest.mark.parametrize("billing", ["full", "elapsed", "none"])
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_client_rules_with_placed_stalls_and_breaks(policy: str, billing: str) -> None:
+    """A broken answer is not retried by the client (it is no 5xx); its break comes after the
+    held overhead's share."""
+    calls = assert_equal(client_scenario(WHERE["share"], billing), policy)
+    assert {"broken", "ok"} <= set(calls["outcome"])
+    if policy == "wait":  # no cut of its own: the client's 4 s timeout cuts calls
+        assert (calls["ended_by"] == "sdk").any()
+
+
+def test_placed_stalls_and_breaks_now_qualify() -> None:
+    """`stall.where` and `mid_stream_error_rate` are implemented: a policy using them runs on
+    the vectorized engine."""
+    for feature in ("stream.stall_where", "stream.mid_stream_error"):
+        assert feature in qualify.VECTORIZED_FEATURES
+    policy = compile_scenario(stream_scenario(WHERE["share"])).policies["wait"]
+    assert {"stream.stall_where", "stream.mid_stream_error"} <= {f.name for f in policy.features}
+    assert qualify.qualifies(policy) == (True, "")
