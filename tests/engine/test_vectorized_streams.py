@@ -185,3 +185,89 @@ def test_placed_stalls_and_breaks_now_qualify() -> None:
     policy = compile_scenario(stream_scenario(WHERE["share"])).policies["wait"]
     assert {"stream.stall_where", "stream.mid_stream_error"} <= {f.name for f in policy.features}
     assert qualify.qualifies(policy) == (True, "")
+
+
+# ---------------------------------------------------------------- the cuts that watch the stream
+
+#: The stream cuts on every policy kind that takes them: seconds, pNN and K x pNN first-token
+#: thresholds (from the pilot, as `cutoff`), idle timeouts, each with the policy's own cut or not.
+CUT_POLICIES: dict[str, dict[str, Any]] = {
+    "wait_first": {"kind": "wait", "retries": 2, "first_token_timeout_s": 2.0},
+    "wait_idle": {"kind": "wait", "retries": 2, "idle_timeout_s": 3.0, "providers": ["p1", "p2"]},
+    "wait_both": {
+        "kind": "wait", "timeout_s": 8.0, "retries": 2, "first_token_timeout_s": "p80",
+        "idle_timeout_s": 2.0,
+    },
+    "cut_both": {
+        "kind": "cut", "cutoff": "p90", "retries": 1, "first_token_timeout_s": "2 x p50",
+        "idle_timeout_s": 4.0,
+    },
+    "race_both": {
+        "kind": "race", "attempts": 2, "retries": 1, "timeout_s": 6.0,
+        "first_token_timeout_s": 1.5, "idle_timeout_s": 2.5,
+    },
+    "downshift_both": {
+        "kind": "downshift", "cutoff": "p85", "to": "small", "retries": 2,
+        "first_token_timeout_s": "p70", "idle_timeout_s": 1.0,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("billing", ["full", "elapsed", "none"])
+@pytest.mark.parametrize("where", list(WHERE))
+@pytest.mark.parametrize("policy", list(CUT_POLICIES))
+def test_the_stream_cuts_agree(policy: str, where: str, billing: str) -> None:
+    """Cut at the first token's timeout or at a stall's onset + the idle timeout, labelled,
+    billed per `billing.cancelled` and retried as a cut, on calls that also break."""
+    calls = assert_equal(
+        stream_scenario(WHERE[where], billing=billing, policies=CUT_POLICIES), policy
+    )
+    assert (calls["ended_by"] == "first_token").any() or policy == "wait_idle"
+    if where != "before" and policy != "wait_first":
+        assert (calls["ended_by"] == "idle").any()
+    cut = calls[calls["ended_by"].isin(["first_token", "idle"])]
+    assert (cut["outcome"] == "timeout").all()
+    if len(cut):  # a cut call is retried (or falls back) as a cut is: a next attempt follows
+        keys = cut[["request_id", "step"]].assign(attempt=cut["attempt"] + 1)
+        assert len(calls.merge(keys)) > 0
+
+
+def test_an_idle_cut_bills_the_tokens_before_the_onset_in_both_engines() -> None:
+    """Under `elapsed` an idle cut bills exactly what streamed before its stall's onset (no
+    token during the stall): its billed output is its tokens streamed, never its whole answer."""
+    calls = assert_equal(stream_scenario("mid_stream", policies=CUT_POLICIES), "wait_idle")
+    idle = calls[calls["ended_by"] == "idle"]
+    assert len(idle) > 0
+    assert (idle["output_tokens"] == idle["tokens_streamed"]).all()
+    assert (idle["tokens_streamed"] < 100).all()
+
+
+@pytest.mark.parametrize("billing", ["full", "elapsed", "none"])
+@pytest.mark.parametrize("policy", list(CUT_POLICIES))
+def test_the_stream_cuts_agree_under_client_rules(policy: str, billing: str) -> None:
+    """With the SDK's timeout, retries and overhead: a stream cut is the caller's, so the
+    client never retries it; its first-token clock includes the held overhead."""
+    data = client_scenario(WHERE["share"], billing).model_dump(exclude_defaults=True)
+    data["policies"] = CUT_POLICIES
+    calls = assert_equal(scenario_from_dict(data), policy)
+    cut = calls[calls["ended_by"].isin(["first_token", "idle"])]
+    assert len(cut) > 0
+    again = cut[["request_id", "step", "attempt"]].assign(sdk_retry=cut["sdk_retry"] + 1)
+    assert len(calls.merge(again)) == 0  # no SDK retry after a stream cut
+    assert (calls["sdk_retry"] > 0).any()  # though the client does retry its own failures
+
+
+def test_several_seeds_with_stream_cuts() -> None:
+    for seed in (1, 2, 3):
+        for deadline in (4.0, 30.0):
+            scenario = stream_scenario(WHERE["share"], deadline_s=deadline, policies=CUT_POLICIES)
+            for policy in ("wait_both", "cut_both", "race_both", "downshift_both"):
+                assert_equal(scenario, policy, n=150, seed=seed)
+
+
+def test_the_stream_cuts_now_qualify() -> None:
+    for feature in ("stream.first_token_timeout", "stream.idle_timeout"):
+        assert feature in qualify.VECTORIZED_FEATURES
+    plan = compile_scenario(stream_scenario(WHERE["share"], policies=CUT_POLICIES))
+    for name in CUT_POLICIES:
+        assert qualify.qualifies(plan.policies[name]) == (True, ""), name
