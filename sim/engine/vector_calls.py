@@ -495,10 +495,10 @@ class VectorCalls:
         cut = kind != K_NATURAL
         ended_by = np.select(
             [
-                in_flight, cancelled & by_deadline, cancelled, kind == K_FIRST, kind == K_IDLE,
-                cut & raw["by_sdk"], cut,
+                in_flight, cancelled & by_deadline, cancelled, cut & raw["by_sdk"],
+                kind == K_FIRST, kind == K_IDLE, cut,
             ],
-            [E_RUN, E_DEADLINE, E_LOSER, E_TTFT, E_IDLE, E_SDK, E_ATTEMPT],
+            [E_RUN, E_DEADLINE, E_LOSER, E_SDK, E_TTFT, E_IDLE, E_ATTEMPT],
             E_NONE,
         ).astype(np.int8)  # fmt: skip
         billed_in = np.where(served_whole & (drawn != ERROR), input_tokens, 0).astype(np.int64)

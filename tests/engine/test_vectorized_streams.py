@@ -271,3 +271,55 @@ def test_the_stream_cuts_now_qualify() -> None:
     plan = compile_scenario(stream_scenario(WHERE["share"], policies=CUT_POLICIES))
     for name in CUT_POLICIES:
         assert qualify.qualifies(plan.policies[name]) == (True, ""), name
+
+
+# ---------------------------------------------------------------- a streaming step's read timeout
+
+
+def read_timeout_scenario(where: Any, billing: str, break_rate: float = 0.2) -> Scenario:
+    """`client_scenario` with a 2.5 s timeout on p2's client too, and steps s1 and s3 streaming
+    (`stream: true`): there the client's timeout is its read timeout, a first-token cut and an
+    idle cut, not a total one; every policy, with and without stream cuts of its own."""
+    data = client_scenario(where, billing).model_dump(exclude_defaults=True)
+    data["policies"] = POLICIES | CUT_POLICIES
+    data["providers"]["p2"]["sdk"]["timeout_s"] = 2.5
+    for provider in data["providers"].values():
+        for serving in provider["serves"].values():
+            serving["mid_stream_error_rate"] = break_rate
+    for spec in data["workflow"]["steps"][::2]:
+        spec["stream"] = True
+    return scenario_from_dict(data)
+
+
+@pytest.mark.parametrize("billing", ["full", "elapsed", "none"])
+@pytest.mark.parametrize("policy", [*POLICIES, *CUT_POLICIES])
+def test_a_streaming_steps_read_timeout_agrees(policy: str, billing: str) -> None:
+    """On the streaming steps the client's timeout cuts a call with no first token (`ended_by`
+    sdk, retried by the client) or silent mid-stream (`ended_by` idle, not retried); on s2 it
+    is a total cut as before."""
+    calls = assert_equal(read_timeout_scenario(WHERE["share"], billing), policy)
+    idle = calls[calls["ended_by"] == "idle"]
+    again = idle[["request_id", "step", "attempt"]].assign(sdk_retry=idle["sdk_retry"] + 1)
+    assert len(calls.merge(again)) == 0  # an idle cut is never retried by the client
+    if policy == "wait":  # no cut of its own: the client's read timeout makes both cuts
+        streaming = calls[calls["step"].isin(["s1", "s3"])]
+        assert (streaming["ended_by"] == "idle").any()
+        first = streaming[streaming["ended_by"] == "sdk"]
+        assert len(first) > 0
+        assert first["ttft_s"].isna().all()
+        assert (streaming["sdk_retry"] > 0).any()  # ... and retries the first-token ones
+        total = calls[(calls["step"] == "s2") & (calls["ended_by"] == "sdk")]
+        assert len(total) > 0  # on s2, not streaming, the timeout still bounds the whole call
+
+
+def test_a_streaming_step_with_mid_stream_stalls_and_no_breaks() -> None:
+    for where in WHERE.values():
+        for policy in ("wait", "race_full", "hedge_seconds", "wait_both"):
+            assert_equal(read_timeout_scenario(where, "elapsed", 0.0), policy, seed=4)
+
+
+def test_a_streaming_step_now_qualifies() -> None:
+    assert "step.stream" in qualify.VECTORIZED_FEATURES
+    plan = compile_scenario(read_timeout_scenario(WHERE["share"], "elapsed"))
+    for name in plan.policies:
+        assert qualify.qualifies(plan.policies[name]) == (True, ""), name
