@@ -155,19 +155,18 @@ _STREAM = ("generation", "stall", "onset", "broken_at")
 
 def stream_fields(chunk: _Chunk, which: np.ndarray | slice) -> dict[str, np.ndarray]:
     """A chunk's stream fields (`_STREAM`) at `which`: without stalls, its `generating`, no
-    stall and no onset; without breaks, no break."""
+    stall and no onset; without breaks no `broken_at` (read as none: `broken_ran`)."""
     if chunk.stream is not None:
         generation, stall, onset, broken_at = chunk.stream
         fields = {"generation": generation[which], "stall": stall[which], "onset": onset[which]}
-        n = len(fields["generation"])
-        fields["broken_at"] = np.full(n, np.nan) if broken_at is None else broken_at[which]
+        if broken_at is not None:
+            fields["broken_at"] = broken_at[which]
         return fields
     generation = chunk.generating[which]
     return {
         "generation": generation,
         "stall": np.zeros(len(generation)),
         "onset": np.full(len(generation), np.nan),
-        "broken_at": np.full(len(generation), np.nan),
     }
 
 
@@ -235,6 +234,9 @@ class CallLog:
             offset += len(c.rows)
         if not parts:
             return np.zeros(0, dtype=np.int64), {}
+        if any("broken_at" in p for p in parts):  # some chunks break: none elsewhere
+            for p in parts:
+                p.setdefault("broken_at", np.full(len(p["request"]), np.nan))
         fields = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         return np.concatenate(positions), fields
 
@@ -389,7 +391,8 @@ class VectorCalls:
             prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
             settle = self._settle_client if client else self._settle
             settled = settle(
-                {name: raw[name] for name in (*(_CLIENT_RAW if client else _RAW), *_STREAM)},
+                {name: raw[name] for name in (*(_CLIENT_RAW if client else _RAW), *_STREAM)
+                 if name in raw},
                 input_tokens, output_tokens, prices[:, 0], prices[:, 1], closed,
             )  # fmt: skip
             for name, values in settled.items():
@@ -442,7 +445,7 @@ class VectorCalls:
         billed_out = np.where(ran & (drawn == OK), output_tokens, 0).astype(np.int64)
         whole = np.where(ran & (drawn == OK), output_tokens, 0)
         billed_in, billed_out, whole = broken_ran(
-            self.billing, ran, drawn, raw["broken_at"], input_tokens, output_tokens,
+            self.billing, ran, drawn, raw.get("broken_at"), input_tokens, output_tokens,
             (billed_in, billed_out, whole),
         )  # fmt: skip
         # stopped after holding a slot for some time: cut at give-up or on its stream, or
@@ -505,7 +508,7 @@ class VectorCalls:
         billed_out = np.where(served_whole & (drawn == OK), output_tokens, 0).astype(np.int64)
         whole = np.where(served_whole & (drawn == OK), output_tokens, 0)
         billed_in, billed_out, whole = broken_ran(
-            self.billing, served_whole, drawn, raw["broken_at"], input_tokens, output_tokens,
+            self.billing, served_whole, drawn, raw.get("broken_at"), input_tokens, output_tokens,
             (billed_in, billed_out, whole),
         )  # fmt: skip
         # stopped in service after holding its slot for some time: cut there (at give-up or on

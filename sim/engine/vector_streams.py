@@ -145,13 +145,16 @@ def broken_ran(
     billing: str,
     ran: np.ndarray,
     drawn: np.ndarray,
-    broken_at: np.ndarray,
+    broken_at: np.ndarray | None,
     input_tokens: np.ndarray | np.int64,
     output_tokens: np.ndarray | np.int64,
     billed: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(billed input, billed output, tokens streamed) with the calls that ran to their break
-    (`ran` and broken) billed as `event_serve._bill_broken` bills them; the others as given."""
+    (`ran` and broken) billed as `event_serve._bill_broken` bills them; the others as given
+    (all of them when `broken_at` is None: no call breaks)."""
+    if broken_at is None:
+        return billed
     broke = ran & (drawn == BROKEN)
     billed_in, billed_out, streamed = billed
     if not broke.any():
