@@ -1,4 +1,4 @@
-"""The vectorized engine's streams (issue 26): a stall's place, a mid-stream break, the stream cuts.
+"""The vectorized engine's streams: a stall's place, a mid-stream break, the cuts that watch them.
 
 Per call as `event_calls.CallMaker._prepare` draws them and `event_serve.serve` (with a free
 slot) lives them, over arrays with the same float operations in the same order, so that the
