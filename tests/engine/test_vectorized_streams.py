@@ -21,12 +21,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.analysis.metrics import calls_frame
 from sim.engine import qualify
+from sim.engine.choice import single_policy, vectorized_tables
+from sim.engine.simulation import Simulation
+from sim.model.arrivals import arrival_times
 from sim.model.config import Scenario
 from sim.model.scenario import scenario_from_dict
+from sim.model.streams import Streams
 from sim.plan import compile_scenario
+from sim.rare.tilt import SlotTilt, Tilt, TiltedDrawBank
 from tests.engine.test_vectorized import POLICIES, both_engines, tail_serving
-from tests.helpers import build, step
+from tests.helpers import build, resolved_plan, step
 
 RTOL = 1e-12
 WHERE: dict[str, Any] = {
@@ -323,3 +329,26 @@ def test_a_streaming_step_now_qualifies() -> None:
     plan = compile_scenario(read_timeout_scenario(WHERE["share"], "elapsed"))
     for name in plan.policies:
         assert qualify.qualifies(plan.policies[name]) == (True, ""), name
+
+
+def test_both_engines_read_a_tilted_bank_alike_with_the_stream_features() -> None:
+    """On a tilted bank (`tailsim nines`: every slot's first call tilted towards slow and
+    failing) the stream's own streams (a stall's place, a break and where) are read alike:
+    the calls equal to the last bit, on a client's provider and a plain one."""
+    scenario = read_timeout_scenario(WHERE["share"], "elapsed")
+    plan = resolved_plan(scenario, 0)
+    slots = {
+        (s.id, a): SlotTilt((1.5, -1.0, 1.0), (0.08, 0.24), (0.3, 0.6))
+        for s in plan.workflow.steps
+        for a in range(3)
+    }
+    for name in ("wait", "race_full", "cut_both", "downshift_both"):
+        policy = single_policy(plan.runtime(name))
+        streams = Streams(4, "main")
+        arrivals = arrival_times(plan.arrivals, 300, streams.generator("arrivals"))
+        bank = TiltedDrawBank(streams.child("calls"), 300, [Tilt(slots)], [1.0])
+        records = Simulation(plan, policy, bank, streams).run(arrivals)
+        fast, why = vectorized_tables(plan, policy, bank, arrivals, "vectorized")
+        assert fast is not None, why
+        pd.testing.assert_frame_equal(fast.calls, calls_frame(records), check_exact=True)
+        assert {"broken", "timeout"} <= set(fast.calls["outcome"])
