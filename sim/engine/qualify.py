@@ -21,10 +21,15 @@ from sim.model.words import plural
 from sim.plan import PolicyPlan
 
 #: Features the vectorized engine implements beyond the plain ones (per call, nothing shared):
-#: a provider's client rules (`sdk`, `overhead_s`: `sim.engine.vector_client`), and how a 429's
-#: Retry-After is sent (never used: without shared state no call is rate-limited).
+#: a provider's client rules (`sdk`, `overhead_s`: `sim.engine.vector_client`), how a 429's
+#: Retry-After is sent (never used: without shared state no call is rate-limited), and a call's
+#: stream: a stall's place, a mid-stream break, the cuts that watch the stream
+#: (`sim.engine.vector_streams`) and a streaming step's client read timeout
+#: (`sim.engine.vector_client.read_cuts`).
 VECTORIZED_FEATURES: frozenset[str] = frozenset(
     {"client.sdk", "client.overhead", "quota.retry_after", "quota.retry_after_ms"}
+    | {"stream.stall_where", "stream.mid_stream_error"}
+    | {"stream.first_token_timeout", "stream.idle_timeout", "step.stream"}
     | {f"client.retry_on.{kind}" for kind in ("429", "408", "409", "5xx", "timeout", "connection")}
 )
 

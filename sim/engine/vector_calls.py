@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from sim.engine.vector_streams import K_FIRST, K_IDLE, bill_broken, broken_ran
 from sim.model.hardness import Hardness
-from sim.model.latency import ERROR, INVALID, OK
+from sim.model.latency import BROKEN, ERROR, INVALID, OK
 from sim.model.rows import (
+    OUTCOME_BROKEN,
     OUTCOME_CANCELLED,
     OUTCOME_ERROR,
     OUTCOME_INVALID,
@@ -32,24 +35,36 @@ from sim.model.rows import (
 )
 from sim.model.stream import streamed_shares
 from sim.model.workflow import Step, Workflow
-from sim.policy.deadlines import BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, BY_SDK, ENDED_BY
+from sim.policy.deadlines import (
+    BY_ATTEMPT,
+    BY_DEADLINE,
+    BY_IDLE,
+    BY_LOSER,
+    BY_RUN,
+    BY_SDK,
+    BY_TTFT,
+    ENDED_BY,
+)
 from sim.policy.plans import Attempt
 
 # Outcome codes: indices into OUTCOMES (the `outcome` column).
 O_OK, O_INVALID, O_ERROR = (OUTCOMES.index(o) for o in (OUTCOME_OK, OUTCOME_INVALID, OUTCOME_ERROR))
 O_TIMEOUT, O_CANCELLED = OUTCOMES.index(OUTCOME_TIMEOUT), OUTCOMES.index(OUTCOME_CANCELLED)
-#: Drawn outcome (sim.model.latency OK / ERROR / INVALID) -> outcome code of a call that ran to its
-#: end.
-DRAWN_OUTCOME = np.zeros(3, dtype=np.int8)
-DRAWN_OUTCOME[[OK, ERROR, INVALID]] = [O_OK, O_ERROR, O_INVALID]
+O_BROKEN = OUTCOMES.index(OUTCOME_BROKEN)
+#: Drawn outcome (sim.model.latency OK / ERROR / INVALID / BROKEN) -> outcome code of a call that
+#: ran to its end.
+DRAWN_OUTCOME = np.zeros(4, dtype=np.int8)
+DRAWN_OUTCOME[[OK, ERROR, INVALID, BROKEN]] = [O_OK, O_ERROR, O_INVALID, O_BROKEN]
 # What ended a call early: indices into ENDED_BY (the `ended_by` column; "" ended on its own).
-E_NONE, E_ATTEMPT, E_DEADLINE, E_LOSER, E_RUN, E_SDK = (
-    ENDED_BY.index(e) for e in ("", BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, BY_SDK)
+E_NONE, E_ATTEMPT, E_DEADLINE, E_LOSER, E_RUN, E_SDK, E_TTFT, E_IDLE = (
+    ENDED_BY.index(e)
+    for e in ("", BY_ATTEMPT, BY_DEADLINE, BY_LOSER, BY_RUN, BY_SDK, BY_TTFT, BY_IDLE)
 )
 
 # How a call's uninterrupted life ends (before any cancellation).
 K_NATURAL, K_CUT, K_UNSERVED = 0, 1, 2  # ran to its end / cut at give-up / cut as it got a slot
 K_LATE = 3  # served, then cut while its overhead's after part ran (a client's call only)
+# K_FIRST, K_IDLE (4, 5): cut by a cut that watches the stream (`sim.engine.vector_streams`).
 
 
 class UnsupportedError(Exception):
@@ -101,9 +116,10 @@ class _Chunk:
     deadline: np.ndarray  # the run's deadline
     input_tokens: int
     output_tokens: int
-    #: Its stream (`sim.model.stream`), None without stalls: generation without the stall,
-    #: the stall (0: none) and its onset (a share of the tokens; NaN: none).
-    stream: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: Its stream (`sim.model.stream`), None without stalls or breaks: generation without the
+    #: stall, the stall (0: none), its onset (a share of the tokens; NaN: none) and where the
+    #: stream breaks (a share; NaN: none; None: no call of the chunk breaks).
+    stream: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None = None
 
 
 @dataclass
@@ -134,14 +150,18 @@ _DTYPES = {
     "quota_tokens": np.int64, "ended_by": np.int8, "tokens_streamed": np.int64,
 }  # fmt: skip
 #: Raw fields of a chunk's stream (`_Chunk.stream`), as `_settle` reads them.
-_STREAM = ("generation", "stall", "onset")
+_STREAM = ("generation", "stall", "onset", "broken_at")
 
 
 def stream_fields(chunk: _Chunk, which: np.ndarray | slice) -> dict[str, np.ndarray]:
     """A chunk's stream fields (`_STREAM`) at `which`: without stalls, its `generating`, no
-    stall and no onset."""
+    stall and no onset; without breaks no `broken_at` (read as none: `broken_ran`)."""
     if chunk.stream is not None:
-        return {name: values[which] for name, values in zip(_STREAM, chunk.stream, strict=True)}
+        generation, stall, onset, broken_at = chunk.stream
+        fields = {"generation": generation[which], "stall": stall[which], "onset": onset[which]}
+        if broken_at is not None:
+            fields["broken_at"] = broken_at[which]
+        return fields
     generation = chunk.generating[which]
     return {
         "generation": generation,
@@ -214,6 +234,9 @@ class CallLog:
             offset += len(c.rows)
         if not parts:
             return np.zeros(0, dtype=np.int64), {}
+        if any("broken_at" in p for p in parts):  # some chunks break: none elsewhere
+            for p in parts:
+                p.setdefault("broken_at", np.full(len(p["request"]), np.nan))
         fields = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         return np.concatenate(positions), fields
 
@@ -234,7 +257,7 @@ class VectorCalls:
     #: A client's attempt logged (`sim.engine.vector_client.VectorClient._client_log`).
     _client_log: Callable[..., None]
     #: A call slot's stream for some rows (`sim.engine.vector_draws.VectorDraws._call_stream`).
-    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray] | None]
+    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, Any] | None]
 
     def _log(
         self,
@@ -268,7 +291,7 @@ class VectorCalls:
                 part(rows), step.index, attempt, provider, model, part(start), part(natural),
                 part(kind), part(drawn), part(ttft), part(generating), part(cancel_at),
                 part(deadline), step.input_tokens, tokens,
-                None if stream is None else tuple(part(a) for a in stream),  # type: ignore[arg-type]
+                None if stream is None else tuple(None if a is None else part(a) for a in stream),  # type: ignore[arg-type]
             )  # fmt: skip
             self.log.add(chunk)
 
@@ -278,8 +301,11 @@ class VectorCalls:
         (cancelled, cut) are settled as `_settle` does, a client's as `_settle_client` does."""
         drawn = chunk.drawn
         price_in, price_out = self._prices[chunk.model]
-        ins, outs = np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64)  # by drawn
+        ins, outs = np.zeros(4, dtype=np.int64), np.zeros(4, dtype=np.int64)  # by drawn
         ins[[OK, INVALID]], outs[OK] = chunk.input_tokens, chunk.output_tokens
+        if self.billing != "none":  # a broken stream: billed as a call cut where it broke
+            ins[BROKEN] = chunk.input_tokens
+            outs[BROKEN] = chunk.output_tokens if self.billing == "full" else 0
         out["end"][:] = chunk.natural
         out["ttft"][:] = chunk.ttft
         out["ttft"][drawn == ERROR] = np.nan
@@ -290,6 +316,10 @@ class VectorCalls:
         out["quota_tokens"].fill(chunk.input_tokens + chunk.output_tokens)
         out["ended_by"].fill(E_NONE)
         np.take(outs, drawn, out=out["tokens_streamed"])
+        if chunk.stream is not None and chunk.stream[3] is not None:
+            broke = np.flatnonzero(drawn == BROKEN)
+            bill_broken(self.billing, chunk.stream[3], broke, chunk.output_tokens, out,
+                        ins[BROKEN] * price_in, price_out)  # fmt: skip
         cancel_at = chunk.cancel_at
         cancelled = cancel_at < np.inf
         odd = chunk.kind != K_NATURAL  # cut at give-up or unserved (or in an after part)
@@ -361,7 +391,8 @@ class VectorCalls:
             prices = np.asarray(self._prices, dtype=float).reshape(-1, 2)[raw["model"]]
             settle = self._settle_client if client else self._settle
             settled = settle(
-                {name: raw[name] for name in (*(_CLIENT_RAW if client else _RAW), *_STREAM)},
+                {name: raw[name] for name in (*(_CLIENT_RAW if client else _RAW), *_STREAM)
+                 if name in raw},
                 input_tokens, output_tokens, prices[:, 0], prices[:, 1], closed,
             )  # fmt: skip
             for name, values in settled.items():
@@ -402,20 +433,28 @@ class VectorCalls:
             np.where(kind == K_NATURAL, DRAWN_OUTCOME[drawn], O_TIMEOUT),
         ).astype(np.int8)
         ended_by = np.select(
-            [in_flight, cancelled & by_deadline, cancelled, kind != K_NATURAL],
-            [E_RUN, E_DEADLINE, E_LOSER, E_ATTEMPT],
+            [
+                in_flight, cancelled & by_deadline, cancelled, kind == K_FIRST, kind == K_IDLE,
+                kind != K_NATURAL,
+            ],
+            [E_RUN, E_DEADLINE, E_LOSER, E_TTFT, E_IDLE, E_ATTEMPT],
             E_NONE,
-        ).astype(np.int8)
+        ).astype(np.int8)  # fmt: skip
         ran = ~cancelled & (kind == K_NATURAL)
         billed_in = np.where(ran & (drawn != ERROR), input_tokens, 0).astype(np.int64)
         billed_out = np.where(ran & (drawn == OK), output_tokens, 0).astype(np.int64)
-        # stopped after holding a slot for some time: cut at give-up, or cancelled
-        stopped = (~cancelled & (kind == K_CUT)) | (cancelled & (end > start))
+        whole = np.where(ran & (drawn == OK), output_tokens, 0)
+        billed_in, billed_out, whole = broken_ran(
+            self.billing, ran, drawn, raw.get("broken_at"), input_tokens, output_tokens,
+            (billed_in, billed_out, whole),
+        )  # fmt: skip
+        # stopped after holding a slot for some time: cut at give-up or on its stream, or
+        # cancelled
+        stopped = (~cancelled & ((kind == K_CUT) | (kind >= K_FIRST))) | (cancelled & (end > start))
         streamed = _streamed(drawn, raw["ttft"], end - start, raw, output_tokens)
         cut_in, cut_out = self._bill_cut(drawn, streamed, input_tokens, output_tokens)
         billed_in = np.where(stopped, cut_in, billed_in)
         billed_out = np.where(stopped, cut_out, billed_out)
-        whole = np.where(ran & (drawn == OK), output_tokens, 0)
         return {
             "tokens_streamed": np.where(stopped, streamed, whole).astype(np.int64),
             "end": end,
@@ -458,19 +497,29 @@ class VectorCalls:
         ).astype(np.int8)
         cut = kind != K_NATURAL
         ended_by = np.select(
-            [in_flight, cancelled & by_deadline, cancelled, cut & raw["by_sdk"], cut],
-            [E_RUN, E_DEADLINE, E_LOSER, E_SDK, E_ATTEMPT],
+            [
+                in_flight, cancelled & by_deadline, cancelled, cut & raw["by_sdk"],
+                kind == K_FIRST, kind == K_IDLE, cut,
+            ],
+            [E_RUN, E_DEADLINE, E_LOSER, E_SDK, E_TTFT, E_IDLE, E_ATTEMPT],
             E_NONE,
-        ).astype(np.int8)
+        ).astype(np.int8)  # fmt: skip
         billed_in = np.where(served_whole & (drawn != ERROR), input_tokens, 0).astype(np.int64)
         billed_out = np.where(served_whole & (drawn == OK), output_tokens, 0).astype(np.int64)
-        # stopped in service after holding its slot for some time: cut there, or cancelled
-        stopped = (~cancelled & (kind == K_CUT)) | (cancelled & ~late & (end > start))
+        whole = np.where(served_whole & (drawn == OK), output_tokens, 0)
+        billed_in, billed_out, whole = broken_ran(
+            self.billing, served_whole, drawn, raw.get("broken_at"), input_tokens, output_tokens,
+            (billed_in, billed_out, whole),
+        )  # fmt: skip
+        # stopped in service after holding its slot for some time: cut there (at give-up or on
+        # its stream), or cancelled
+        stopped = (~cancelled & ((kind == K_CUT) | (kind >= K_FIRST))) | (
+            cancelled & ~late & (end > start)
+        )
         streamed = _streamed(drawn, raw["ttft"], end - start, raw, output_tokens)
         cut_in, cut_out = self._bill_cut(drawn, streamed, input_tokens, output_tokens)
         billed_in = np.where(stopped, cut_in, billed_in)
         billed_out = np.where(stopped, cut_out, billed_out)
-        whole = np.where(served_whole & (drawn == OK), output_tokens, 0)
         return {
             "tokens_streamed": np.where(stopped, streamed, whole).astype(np.int64),
             "end": end,
@@ -496,7 +545,7 @@ class VectorCalls:
             return zero, zero
         billed_in = np.where(drawn != ERROR, input_tokens, 0)
         if self.billing == "full":
-            return billed_in, np.where(drawn == OK, output_tokens, 0)
+            return billed_in, np.where((drawn == OK) | (drawn == BROKEN), output_tokens, 0)
         return billed_in, streamed
 
 
@@ -512,7 +561,7 @@ def _streamed(
     x = elapsed - ttft
     share = streamed_shares(x, stream["generation"], stream["stall"], stream["onset"])
     produced = (output_tokens * share).astype(np.int64)
-    return np.where((drawn == OK) & (elapsed > ttft), produced, 0)
+    return np.where(((drawn == OK) | (drawn == BROKEN)) & (elapsed > ttft), produced, 0)
 
 
 def put_masked(out: np.ndarray, mask: np.ndarray, value: np.ndarray | float) -> None:

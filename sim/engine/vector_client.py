@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from sim.engine.vector_calls import (
     ClientChunk,
     UnsupportedError,
 )
+from sim.engine.vector_streams import K_FIRST, broken_services, stream_cut
 from sim.model.backoff import sdk_wait
 from sim.model.config import BackoffSpec, ProviderSpec, SdkSpec
 from sim.model.hardness import Hardness
@@ -115,6 +117,25 @@ class ClientLife:
     tail: np.ndarray
 
 
+def read_cuts(
+    client: Client, step: Step, plan: Attempt, cut: np.ndarray
+) -> tuple[float | None, float | None, np.ndarray | None]:
+    """A call's stream cuts with its client's read timeout folded in (`event_calls.client_cuts`
+    over arrays, `cut` its total cut per row, inf: none): (first-token cut, idle cut, per row
+    whether a first-token cut is the client's own, so `ended_by` sdk and retried by it; None:
+    it never is). On a step that streams the client's `timeout_s` bounds the wait for the first
+    token and for each next token; otherwise the policy's stream cuts as they are."""
+    first, idle, timeout = plan.first_token_after, plan.idle_after, client.timeout
+    if not step.stream or timeout is None:
+        return first, idle, None
+    own = first is None or timeout < first
+    if own:
+        first = timeout
+    if idle is None or timeout < idle:
+        idle = timeout
+    return first, idle, own & ~(cut <= first)
+
+
 def backoff_waits(spec: BackoffSpec, retry: int, u: np.ndarray) -> np.ndarray:
     """`sim.model.backoff.backoff_wait` over uniforms `u` (the same operations per element)."""
     wait = min(spec.max_s, spec.base_s * spec.multiplier ** max(0, retry - 1))
@@ -144,9 +165,11 @@ class VectorClient:
     _columns: dict[tuple[str | int, ...], np.ndarray]
     _probed_client: set[tuple[str | int, ...]]
     #: A call slot's draws (`VectorDraws._draws`).
-    _draws: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    _draws: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]]
+    #: The onsets of a call slot's mid-stream stalls (`VectorDraws._onsets`).
+    _onsets: Callable[..., np.ndarray]
     #: A call slot's stream (`VectorDraws._call_stream`).
-    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray] | None]
+    _call_stream: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, Any] | None]
 
     def _client_attempt(
         self,
@@ -162,12 +185,14 @@ class VectorClient:
         life). As `CallMaker.call` and its SDK retries, with `deadline` for the time left."""
         client = self._clients[plan.provider]
         m, give_up, timeout = len(rows), plan.give_up_after, client.timeout
+        read = step.stream and timeout is not None  # its timeout: a read timeout, not the total
         cut, by_sdk = (math.inf if give_up is None else give_up), False
-        if timeout is not None and (give_up is None or timeout < give_up):  # the client's own
-            cut, by_sdk = timeout, True
+        if not read and timeout is not None and (give_up is None or timeout < give_up):
+            cut, by_sdk = timeout, True  # the client's own
+        cuts = np.full(m, cut)
         call = self._client_call(
-            step, attempt, plan, rows, np.arange(m), start, np.full(m, cut),
-            np.full(m, by_sdk), 0,
+            step, attempt, plan, rows, np.arange(m), start, cuts, np.full(m, by_sdk), 0,
+            read_cuts(client, step, plan, cuts),
         )  # fmt: skip
         calls = [call]
         end, outcome = call.natural.copy(), call.outcome.copy()
@@ -199,10 +224,13 @@ class VectorClient:
             pos, after, wait = pos[go], after[go], wait[go]
             cuts = np.full(len(pos), math.inf) if left is None else left[go]
             by = np.zeros(len(pos), dtype=bool)
-            if timeout is not None:
+            if timeout is not None and not read:
                 by = timeout < cuts
                 cuts = np.where(by, timeout, cuts)
-            call = self._client_call(step, attempt, plan, rows[pos], pos, after + wait, cuts, by, j)
+            call = self._client_call(
+                step, attempt, plan, rows[pos], pos, after + wait, cuts, by, j,
+                read_cuts(client, step, plan, cuts),
+            )  # fmt: skip
             calls.append(call)
             end[pos], outcome[pos], last[pos] = call.natural, call.outcome, j
         return end, np.zeros(m, dtype=np.int8), outcome, ClientLife(calls, last, tail)
@@ -218,12 +246,16 @@ class VectorClient:
         cut: np.ndarray,
         by_sdk: np.ndarray,
         sdk: int,
+        stream_cuts: tuple[float | None, float | None, np.ndarray | None] = (None, None, None),
     ) -> ClientCall:
         """One call of a client's attempt (its SDK retry `sdk`) sent at `start`, cut `cut`
-        seconds after it (inf: never), lived uninterrupted as `event_calls.serve` with a free slot
-        and, for its overhead's after part, `event_calls._late`."""
+        seconds after it (inf: never) or sooner by its `stream_cuts` (`read_cuts`), lived
+        uninterrupted as `event_calls.serve` with a free slot and, for its overhead's after
+        part, `event_calls._late`."""
         client = self._clients[plan.provider]
-        ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows, sdk)
+        ttft, generation, stalled, extra, drawn, broken_at = self._draws(
+            step, attempt, plan, rows, sdk
+        )
         overhead = np.zeros(len(rows))
         after = None
         if client.overhead is not None:  # the held part delays the first token
@@ -231,6 +263,24 @@ class VectorClient:
             held = overhead * client.held
             after = overhead - held
             ttft += held
+        label, broke = None, None
+        first, idle, first_by_sdk = stream_cuts
+        if broken_at is not None or first is not None or idle is not None:  # its stream matters
+            onset = self._onsets(step, attempt, rows, stalled, sdk)
+            if broken_at is not None:
+                broke, at_break = broken_services(
+                    ttft, generation, stalled, extra, onset, drawn, broken_at
+                )
+            if first is not None or idle is not None:
+                stall = np.zeros(len(rows))
+                stall[stalled] = extra
+                cut, label = stream_cut(
+                    cut, ttft, generation, stall, onset, drawn, broken_at, first, idle
+                )
+                if first_by_sdk is None:  # a stream cut is the caller's, never retried
+                    by_sdk = by_sdk & (label == 0)
+                else:  # ... but a read timeout before the first token, the client's own
+                    by_sdk = np.where(label == 0, by_sdk, (label == K_FIRST) & first_by_sdk)
         # service: ttft + generation + stall (summed in that order), ttft alone if it failed
         service = ttft + generation
         generating = generation  # ours to change: generation + stall
@@ -238,13 +288,18 @@ class VectorClient:
             service[stalled] += extra
             generating[stalled] += extra
         np.copyto(service, ttft, where=drawn != OK)
+        if broke is not None:  # served to its break
+            service[broke] = at_break
         served = start + service
         kind = np.zeros(len(rows), dtype=np.int8)  # K_NATURAL
         over = np.flatnonzero(~(service <= cut) | (cut <= _SAME_INSTANT))
         if len(over):  # cut at its give-up, or as it got its slot (granted at that instant)
             unserved = cut[over] <= _SAME_INSTANT
             served[over] = np.where(unserved, start[over], start[over] + cut[over])
-            kind[over] = np.where(unserved, K_UNSERVED, K_CUT)
+            cut_kind = K_CUT if label is None else np.where(label[over] != 0, label[over], K_CUT)
+            kind[over] = np.where(unserved, K_UNSERVED, cut_kind)
+            if label is not None and (unserved & (label[over] != 0)).any():
+                raise UnsupportedError("a stream cut at the instant a call is sent")
         fits = kind == K_NATURAL
         natural = served.copy()
         zero = fits & (service == 0)
@@ -315,7 +370,9 @@ class VectorClient:
             for which, tokens in groups:  # a hard request's calls: their own (longer) answers
                 part = kept if which is None else {n: v[which] for n, v in kept.items()}
                 if stream is not None:
-                    part["stream"] = tuple(a if which is None else a[which] for a in stream)
+                    part["stream"] = tuple(
+                        a if which is None or a is None else a[which] for a in stream
+                    )
                 self.log.add(
                     ClientChunk(
                         its if which is None else its[which],

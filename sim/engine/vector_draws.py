@@ -28,6 +28,7 @@ from sim.engine.vector_calls import (
     O_TIMEOUT,
     UnsupportedError,
 )
+from sim.engine.vector_streams import broken_services, place, stream_cut
 from sim.model.hardness import Hardness, hard_tokens
 from sim.model.latency import (
     ERROR,
@@ -69,14 +70,18 @@ class VectorDraws:
     #: and an attempt on it lived (`VectorClient._client_attempt`).
     _clients: dict[str, object]
     _client_attempt: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, object]]
+    #: Rows of a per-request stream of the bank (`VectorClient._stream`).
+    _stream: Callable[[tuple[str | int, ...], np.ndarray], np.ndarray]
 
     def _draws(
         self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, sdk: int = 0
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(first token, generation, which rows stall, their stalls, drawn outcome) of this call
-        slot (`sdk`: the SDK's retry number inside the attempt) for `rows`: the bank's uniforms
-        transformed as `CallLatency.draw` does (checked against it). Only the columns used are
-        gathered, and only the stalled rows' extra."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(first token, generation, which rows stall mid-stream, their stalls, drawn outcome,
+        where each stream breaks (None: no breaks)) of this call slot (`sdk`: the SDK's retry
+        number inside the attempt) for `rows`: the bank's uniforms transformed as
+        `CallLatency.draw` does (checked against it), then placed in the stream as the event
+        engine does (`sim.engine.vector_streams.place`) when the law has streams. Only the
+        columns used are gathered, and only the stalled rows' extra."""
         latency = self.latencies[(plan.provider, plan.model)]
         block = self._uniforms(step.id, attempt, rows, sdk)
         aligned = len(rows) == len(block)  # row i of the block is rows[i] (sorted, unique)
@@ -111,27 +116,41 @@ class VectorDraws:
             self._probed.add(key)
         if self._hard is not None and plan.model in self.hardness.effects:  # type: ignore[union-attr]
             self._harden(plan, rows, v, drawn, generation, step.output_tokens)
-        return ttft, generation, stalled, extra, drawn
+        broken_at = None
+        if latency.streams:  # a stall before the first token, a mid-stream break
+
+            def uniform(name: str) -> np.ndarray:
+                return self._stream((name, step.id, attempt, 0, sdk), rows)
+
+            stalled, extra, broken_at = place(latency, uniform, ttft, stalled, extra, drawn)
+        return ttft, generation, stalled, extra, drawn, broken_at
 
     def _call_stream(
         self, step: Step, attempt: int, plan: Attempt, rows: np.ndarray, sdk: int = 0
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """This call slot's stream for `rows` (None when its law has no stalls): generation
-        without the stall, the stall (0: none) and its onset share (NaN: none), from the onset's
-        own stream (`sim.model.stream.ONSET`) as the event engine draws it."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """This call slot's stream for `rows` (None when its law has no stalls and no breaks):
+        generation without the stall, the mid-stream stall (0: none), its onset share (NaN:
+        none), from the onset's own stream (`sim.model.stream.ONSET`) as the event engine draws
+        it, and where each stream breaks (None: no breaks)."""
         latency = self.latencies[(plan.provider, plan.model)]
-        if latency.stall_extra is None or not latency.stall_probability > 0:
+        stalls = latency.stall_extra is not None and latency.stall_probability > 0
+        if not stalls and not latency.break_rate > 0:
             return None
-        if latency.streams:
-            raise UnsupportedError("a stall before the first token or a mid-stream break")
-        _, generation, stalled, extra, _ = self._draws(step, attempt, plan, rows, sdk)
+        _, generation, stalled, extra, _, broken_at = self._draws(step, attempt, plan, rows, sdk)
         stall = np.zeros(len(rows))
+        stall[stalled] = extra
+        return generation, stall, self._onsets(step, attempt, rows, stalled, sdk), broken_at
+
+    def _onsets(
+        self, step: Step, attempt: int, rows: np.ndarray, stalled: np.ndarray, sdk: int = 0
+    ) -> np.ndarray:
+        """The onset share of each mid-stream stall of this call slot for `rows` (NaN where
+        `stalled` does not say it stalls), from the onset's own stream."""
         onset = np.full(len(rows), np.nan)
         if len(stalled):
-            stall[stalled] = extra
             column = self.bank.uniform_column((ONSET, step.id, attempt, 0, sdk))
             onset[stalled] = np.asarray(column)[rows[stalled]]
-        return generation, stall, onset
+        return onset
 
     def _harden(
         self,
@@ -207,7 +226,13 @@ class VectorDraws:
         sleeps (`VectorClient._client_attempt`, which reads the runs' `deadline`)."""
         if plan.provider in self._clients:
             return self._client_attempt(step, attempt, plan, rows, start, deadline)
-        ttft, generation, stalled, extra, drawn = self._draws(step, attempt, plan, rows)
+        ttft, generation, stalled, extra, drawn, broken_at = self._draws(step, attempt, plan, rows)
+        streaming = broken_at is not None or plan.first_token_after is not None
+        if streaming or plan.idle_after is not None:  # its stream matters: its own path
+            return self._stream_attempt(
+                step, attempt, plan, rows, start, (ttft, generation, stalled, extra, drawn),
+                broken_at,
+            )  # fmt: skip
         # service: ttft + generation + stall (summed in that order), ttft alone if it failed
         service = ttft + generation
         generating = generation  # ours to change: generation + stall
@@ -231,6 +256,44 @@ class VectorDraws:
         outcome[kind != K_NATURAL] = O_TIMEOUT
         return natural, kind, outcome, (drawn, ttft, generating)
 
+    def _stream_attempt(
+        self,
+        step: Step,
+        attempt: int,
+        plan: Attempt,
+        rows: np.ndarray,
+        start: np.ndarray,
+        draws: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        broken_at: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, object]:
+        """`_attempt` for a call slot whose stream matters (a break, a stream cut): a broken
+        call served to its break, each call cut at the first of its give-up and its stream cuts
+        (`sim.engine.vector_streams`), as `serve` lives it with a free slot."""
+        ttft, generation, stalled, extra, drawn = draws
+        onset = self._onsets(step, attempt, rows, stalled)
+        service = ttft + generation
+        if len(stalled):
+            service[stalled] += extra
+        np.copyto(service, ttft, where=drawn != OK)
+        if broken_at is not None:
+            broke, at_break = broken_services(
+                ttft, generation, stalled, extra, onset, drawn, broken_at
+            )
+            service[broke] = at_break
+        give_up = plan.give_up_after
+        left = np.full(len(rows), np.inf if give_up is None else give_up - 0.0)
+        stall = np.zeros(len(rows))
+        stall[stalled] = extra
+        left, label = stream_cut(
+            left, ttft, generation, stall, onset, drawn, broken_at, plan.first_token_after,
+            plan.idle_after,
+        )  # fmt: skip
+        natural, kind = _cut_lives(start, service, left, label)
+        generating = generation + stall
+        outcome = DRAWN_OUTCOME[drawn]
+        outcome[kind != K_NATURAL] = O_TIMEOUT
+        return natural, kind, outcome, (drawn, ttft, generating)
+
 
 def _transform(dist: Distribution, u: np.ndarray) -> np.ndarray:
     """`dist.from_uniform(u)` in a fresh array; a lognormal computed in place (the same
@@ -241,3 +304,23 @@ def _transform(dist: Distribution, u: np.ndarray) -> np.ndarray:
         z += dist.mu
         return np.exp(z, out=z)
     return np.array(dist.from_uniform(u), dtype=float)
+
+
+def _cut_lives(
+    start: np.ndarray,
+    service: np.ndarray,
+    left: np.ndarray,
+    label: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the end, the kind) of calls sent at `start` needing `service` seconds, cut `left`
+    seconds after their send (inf: never) by what `label` says (0: their give-up), as `serve`
+    ends them with a free slot. A stream cut at the send itself is left to the event engine."""
+    unserved = left <= _SAME_INSTANT
+    if (unserved & (label != 0)).any():
+        raise UnsupportedError("a stream cut at the instant a call is sent")
+    cut = ~(service <= left)
+    natural = np.where(cut, start + left, start + service)
+    kind = np.where(cut, np.where(label != 0, label, K_CUT), 0).astype(np.int8)
+    natural[unserved] = start[unserved]
+    kind[unserved] = K_UNSERVED
+    return natural, kind

@@ -64,3 +64,13 @@ def time_to_share(share: float, generation: float, stall: float, onset: float) -
     if stall > 0 and not math.isnan(onset) and onset < share:
         t += stall
     return t
+
+
+def times_to_shares(
+    share: np.ndarray, generation: np.ndarray, stall: np.ndarray, onset: np.ndarray
+) -> np.ndarray:
+    """`time_to_share` over arrays (element by element, the same operations)."""
+    t = share * generation
+    with np.errstate(invalid="ignore"):
+        counted = (stall > 0) & ~np.isnan(onset) & (onset < share)
+    return np.where(counted, t + stall, t)

@@ -197,13 +197,17 @@ def latency_features(latencies: dict[tuple[str, str], CallLatency]) -> list[Feat
 
 def client_features(providers: Mapping[str, ProviderSpec]) -> list[Feature]:
     """A provider client's own rules, named where an engine may lack one: each kind of failure
-    its SDK retries (`client.retry_on.<kind>`), and its overhead law's class."""
+    its SDK retries (`client.retry_on.<kind>`), a stream timeout of its own
+    (`client.stream_timeout`), and its overhead law's class."""
     found = []
     for name, spec in providers.items():
         if "sdk" in spec.model_fields_set:
             for kind in spec.sdk.retry_on:
                 where = f"providers.{name}.sdk.retry_on has {kind!r}"
                 found.append(Feature(f"client.retry_on.{kind}", where))
+        if spec.sdk.stream_timeout_s is not None:  # LiteLLM's stream_timeout: event engine only
+            where = f"providers.{name}.sdk.stream_timeout_s is set"
+            found.append(Feature("client.stream_timeout", where))
         if spec.overhead_s is not None:
             law = build_distribution(spec.overhead_s)
             if not isinstance(law, KNOWN_LAWS):

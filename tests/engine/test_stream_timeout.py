@@ -13,10 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.engine import qualify
 from sim.model.config import SdkSpec
 from sim.model.config.sdk import PRESETS
 from sim.model.errors import ScenarioError
 from sim.model.stream import ONSET
+from sim.plan import compile_scenario
 from tests.engine.test_streams import run_calls
 from tests.helpers import build, const, serving, step
 
@@ -118,3 +120,15 @@ def test_a_stream_timeout_alone_cuts_a_stream_whose_client_has_no_timeout() -> N
 def test_a_stream_timeout_that_is_not_positive_is_refused() -> None:
     with pytest.raises(ScenarioError, match=r"providers\.p1\.sdk\.stream_timeout_s"):
         litellm_step(serving(), {"stream_timeout_s": 0})
+
+
+def test_a_stream_timeout_keeps_the_policy_on_the_event_engine() -> None:
+    """The vectorized engine folds only `timeout_s` into a stream's cuts, so a provider with a
+    stream timeout of its own names the feature it lacks, and `engine: auto` falls back."""
+    policy = compile_scenario(litellm_step(stalled("mid_stream"), STREAM)).policies["it"]
+    assert "client.stream_timeout" in {f.name for f in policy.features}
+    ok, why = qualify.qualifies(policy)
+    assert not ok
+    assert "stream_timeout_s" in why
+    plain = compile_scenario(litellm_step(stalled("mid_stream"), {"timeout_s": 1.5})).policies
+    assert qualify.qualifies(plain["it"]) == (True, "")
