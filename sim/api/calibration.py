@@ -13,7 +13,9 @@ from typing import Any
 
 import pandas as pd
 
+from sim.analysis.capacity import ALL
 from sim.api.inputs import ScenarioLike, file_path, optional_path, plan_of
+from sim.api.options import label
 from sim.model.errors import ScenarioError
 
 #: The schema columns calls may be grouped by.
@@ -164,23 +166,43 @@ def _write_fit(
 
 def synth(
     scenario: ScenarioLike,
-    out: str | Path,
+    out: str | Path | None = None,
     *,
+    traces: str | Path | None = None,
     requests: int | None = None,
     seed: int | None = None,
     policy: str | None = None,
     guard: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> pd.DataFrame:
     """Write a synthetic call log of the scenario's calls (one policy, the first by default)
-    to `out` as CSV (the normalized call log's columns); returns the log. `guard()` is entered
+    to `out` as CSV (the normalized call log's columns) and/or, with `traces`, its runs as OTLP
+    JSON traces (a root span per run, a span per call); returns the log. `guard()` is entered
     around the simulation alone (the command line's Ctrl-C between events)."""
     from sim.calibration.call_log import check_log_target, write_call_log  # noqa: PLC0415
-    from sim.calibration.synth import synth_calls  # noqa: PLC0415
+    from sim.calibration.synth import calls_to_log  # noqa: PLC0415
+    from sim.calibration.traces_out import runs_to_traces, write_traces  # noqa: PLC0415
+    from sim.study.runner import chosen_policies, run  # noqa: PLC0415
 
     plan = plan_of(scenario)
-    path = file_path(out, "out")
-    check_log_target(path)
+    if out is None and traces is None:
+        raise ScenarioError(label("out"), [("", "give out (a call log CSV) or traces (OTLP JSON)")])
+    path = None if out is None else file_path(out, "out")
+    trace_path = None if traces is None else file_path(traces, "traces")
+    if path is not None:
+        check_log_target(path)
+    if trace_path is not None and (
+        trace_path.is_dir() or not trace_path.absolute().parent.is_dir()
+    ):
+        raise ScenarioError(
+            str(trace_path), [("", "is a folder or its folder does not exist; --traces takes "
+                                   "a JSON file name")],
+        )  # fmt: skip
+    name = chosen_policies(plan, [policy] if policy else None, "--policy")[0]
     with guard() if guard is not None else nullcontext():
-        log = synth_calls(plan, requests=requests, seed=seed, policy=policy)
-    write_call_log(log, path)
+        result = run(plan, requests=requests, seed=seed, policies=[name], records=ALL)
+    log = calls_to_log(result.calls)
+    if path is not None:
+        write_call_log(log, path)
+    if trace_path is not None:
+        write_traces(runs_to_traces(result.requests, result.calls, plan.name), trace_path)
     return log
