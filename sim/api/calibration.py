@@ -58,17 +58,7 @@ def fit(
     `providers:` file a scenario can `include:`, FILE.report.csv, FILE.buckets.csv and FILE.png
     beside it. `columns`: NAME=COLUMN pairs; `say(line)` hears skipped rows and groups (and,
     with `progress`, how reading and fitting go)."""
-    from sim.calibration.extras import fit_extras  # noqa: PLC0415 - the fit's code on demand
     from sim.calibration.log_readers import parse_columns, read_call_logs  # noqa: PLC0415
-    from sim.calibration.report import (  # noqa: PLC0415
-        bucket_table,
-        extras_summary,
-        fit_calls,
-        fitted_yaml,
-        mode_lines,
-        refit_outside_spells,
-        report_table,
-    )
 
     tell = say or (lambda _line: None)
     paths = [
@@ -102,6 +92,39 @@ def fit(
         raise StrictRejectedError(names, [("", "garbage rows and strict: nothing written")])
     if calls.empty:
         raise ScenarioError(names, [("", "no usable calls in the logs")])
+    return fit_frame(
+        calls, names, [str(t) for t in paths], out_file, groups=groups, mode=mode,
+        min_calls=min_calls, extras=extras, seed=seed, tell=tell, progress=progress,
+    )  # fmt: skip
+
+
+def fit_frame(
+    calls: pd.DataFrame,
+    names: str,
+    sources: list[str],
+    out_file: Path | None,
+    *,
+    groups: tuple[str, ...] = ("provider", "model"),
+    mode: str = "auto",
+    min_calls: int = 20,
+    extras: bool = True,
+    seed: int = 0,
+    tell: Callable[[str], None] = lambda _line: None,
+    progress: bool = False,
+) -> Fitted:
+    """`fit` over a normalized call log already read (`names`: its files, for messages;
+    `sources`: for the fitted file's header); with `out_file`, the fitted files written."""
+    from sim.calibration.extras import fit_extras  # noqa: PLC0415 - the fit's code on demand
+    from sim.calibration.report import (  # noqa: PLC0415
+        bucket_table,
+        extras_summary,
+        fit_calls,
+        fitted_yaml,
+        mode_lines,
+        refit_outside_spells,
+        report_table,
+    )
+
     tick = (lambda what: tell(f"fit: fitting {what}")) if progress else None
     fits, too_small = fit_calls(calls, groups, mode, min_calls, seed, tick)
     for line in too_small:
@@ -124,7 +147,7 @@ def fit(
     table = report_table(fits, extras_summary(fits, found) if extras else None)
     buckets = bucket_table(fits)
     stem_name = out_file.stem if out_file is not None else "fitted"
-    text = fitted_yaml(fits, [str(t) for t in paths], found, stem_name)
+    text = fitted_yaml(fits, sources, found, stem_name)
     written = [] if out_file is None else _write_fit(out_file, fits, table, buckets, text)
     return Fitted(table, buckets, mode_lines(fits), text, written)
 
