@@ -132,6 +132,8 @@ class WorkflowSeen:
             f"{self.traces:,} traces read ({self.ok:,} ok); workflow {self.name!r}, "
             f"{len(self.steps)} steps; hit rate {self.hits / max(1, self.traces):.1%}",
             f"policy: {self.policy()} (retries: the most seen, a lower bound)",
+            "deadline: "
+            + (f"{self.deadline_s:g} s" if self.deadline_s is not None else "none seen"),
         ]
         for s in self.steps:
             share = s.present / s.reached if s.reached else float("nan")
@@ -163,13 +165,27 @@ def _mode(values: pd.Series) -> Any:
     return None if known.empty else known.astype(str).value_counts().index[0]
 
 
-def _chains(spans: pd.DataFrame) -> tuple[int, list[list[bool]]]:
+#: One step's spans in one trace, in start order: (starts, ends, ok flags).
+Spans = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _group(steps: pd.DataFrame) -> dict[tuple[str, str], Spans]:
+    """The step spans by (trace, step), each in start order (`steps` is sorted by start)."""
+    rows: dict[tuple[str, str], list[int]] = {}
+    keys = zip(steps["trace_id"].astype(str), steps["name"].astype(str), strict=True)
+    for i, key in enumerate(keys):
+        rows.setdefault(key, []).append(i)
+    start = steps["start_s"].to_numpy(float)
+    end = steps["end_s"].to_numpy(float)
+    ok = (steps["status"] == "ok").to_numpy(bool)
+    return {k: (start[r], end[r], ok[r]) for k, r in rows.items()}
+
+
+def _chains(spans: Spans) -> tuple[int, list[list[bool]]]:
     """(copies, chains): the spans starting with the first are copies (a fan-out); each later
     span continues the chain whose last span failed and ended before it (a retry), else the
     one whose last ended ok before it (the next iteration, a new chain). Chains: ok flags."""
-    start = spans["start_s"].to_numpy(float)
-    end = spans["end_s"].to_numpy(float)
-    ok = (spans["status"] == "ok").to_numpy()
+    start, end, ok = spans
     copies = int(np.sum(start <= start[0] + EPS_S))
     chains: list[list[int]] = [[i] for i in range(copies)]
     for i in range(copies, len(start)):
@@ -209,7 +225,7 @@ def infer_workflow(
     over the one read from runs cut together at the longest duration."""
     traces = roots["trace_id"].tolist()
     origin = dict(zip(roots["trace_id"], roots["start_s"], strict=True))
-    by = dict(tuple(steps.groupby(["trace_id", "name"], sort=False)))
+    by = _group(steps)
     offset = (steps["start_s"] - steps["trace_id"].map(origin)).to_numpy(float)
     first_offset = (
         pd.Series(offset, index=steps.index).groupby([steps["trace_id"], steps["name"]]).min()
@@ -217,8 +233,8 @@ def infer_workflow(
     order = first_offset.groupby(level="name").median().sort_values(kind="stable")
     names = sorted(order.index, key=lambda n: (order[n], n))
     present = {n: {t for (t, m) in by if m == n} for n in names}
-    first = {k: float(p["start_s"].min()) for k, p in by.items()}
-    last = {k: float(p["end_s"].max()) for k, p in by.items()}
+    first = {k: float(p[0].min()) for k, p in by.items()}
+    last = {k: float(p[1].max()) for k, p in by.items()}
     precedes: dict[tuple[str, str], bool] = {}
     ambiguous: list[str] = []
     for a in names:
@@ -255,7 +271,9 @@ def infer_workflow(
         )  # fmt: skip
     root_ok = dict(zip(roots["trace_id"], roots["status"] == "ok", strict=True))
     _tally(seen, traces, by, root_ok)
-    failed = steps.loc[steps["status"] != "ok"]
+    # a call cut by the run's end (the deadline) is no client timeout: only the others count
+    run_end = steps["trace_id"].map(dict(zip(roots["trace_id"], roots["end_s"], strict=True)))
+    failed = steps.loc[(steps["status"] != "ok") & (steps["end_s"] < run_end - EPS_S)]
     timeout_s = _timeout((failed["end_s"] - failed["start_s"]).to_numpy(float))
     notes: list[str] = []
     deadline = deadline_s if deadline_s is not None else _deadline(roots)
@@ -288,7 +306,7 @@ def infer_workflow(
 def _tally(
     seen: list[StepSeen],
     traces: list[str],
-    by: dict[tuple[str, str], pd.DataFrame],
+    by: dict[tuple[str, str], Spans],
     root_ok: dict[str, bool],
 ) -> None:
     """Per trace and step (in order): presence, whether it was reached, its copies, its loop

@@ -142,39 +142,46 @@ def check_trees(table: pd.DataFrame, path: Path) -> None:
             path,
             f"trace {hit.trace_id} span {hit.span_id}: missing start or end, or end before start",
         )
-    for trace, spans in table.groupby("trace_id", sort=False):
-        ids = spans["span_id"].tolist()
-        if len(set(ids)) < len(ids):
-            twice = next(i for i in ids if ids.count(i) > 1)
-            raise _refuse(path, f"trace {trace} span {twice}: the span id appears twice")
-        ups = [None if pd.isna(up) else str(up) for up in spans["parent_id"]]
-        parent = dict(zip(ids, ups, strict=True))
+    trees: dict[str, dict[str, str | None]] = {}
+    for trace, span, up in zip(
+        table["trace_id"].astype(str),
+        table["span_id"].astype(str),
+        table["parent_id"],
+        strict=True,
+    ):
+        tree = trees.setdefault(trace, {})
+        if span in tree:
+            raise _refuse(path, f"trace {trace} span {span}: the span id appears twice")
+        tree[span] = None if pd.isna(up) else str(up)
+    for trace, parent in trees.items():
         for span, up in parent.items():
             if up is not None and up not in parent:
                 raise _refuse(
-                    path,
-                    f"trace {trace} span {span}: its parent {up} is not in the trace",
+                    path, f"trace {trace} span {span}: its parent {up} is not in the trace"
                 )
-        roots = [s for s, up in parent.items() if up is None]
-        for span in ids:
+        depth: dict[str, int] = {}
+        for span in parent:
             seen = [span]
-            while parent[seen[-1]] is not None:
-                seen.append(parent[seen[-1]])
+            while parent[seen[-1]] is not None and seen[-1] not in depth:
+                seen.append(parent[seen[-1]])  # type: ignore[arg-type]
                 if seen[-1] in seen[:-1]:
                     loop = " -> ".join(seen[seen.index(seen[-1]) :])
                     raise _refuse(path, f"trace {trace}: a cycle in parentage ({loop})")
+            for s in seen:
+                depth[s] = 0
+        roots = [s for s, up in parent.items() if up is None]
         if len(roots) != 1:
             raise _refuse(
                 path, f"trace {trace}: {len(roots)} root spans ({', '.join(roots)}), expected one"
             )
-        calls = spans[spans["parent_id"].notna() & spans["model"].isna()]
-        if not calls.empty:
-            hit = calls.iloc[0]
-            raise _refuse(
-                path,
-                f"trace {trace} span {hit.span_id} ({hit['name']}): no model "
-                "(gen_ai.request.model, or the CSV's model column)",
-            )
+    calls = table[table["parent_id"].notna() & table["model"].isna()]
+    if not calls.empty:
+        hit = calls.iloc[0]
+        raise _refuse(
+            path,
+            f"trace {hit.trace_id} span {hit.span_id} ({hit['name']}): no model "
+            "(gen_ai.request.model, or the CSV's model column)",
+        )
 
 
 def step_spans(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
