@@ -167,12 +167,12 @@ def agent_traces(n: int, seed: int) -> list[dict[str, Any]]:
             name: str,
             start: float,
             timeout: bool = False,
-            out: list = out,
-            trace: int = trace,
+            into: list = out,
+            number: int = trace,
             **kw: Any,
         ) -> float:
             end = start + (TIMEOUT_S if timeout else rng.lognormal(0.0, 0.3))
-            out.append(span(trace, len(out) + 1, name, start, end, timeout=timeout, **kw))
+            into.append(span(number, len(into) + 1, name, start, end, timeout=timeout, **kw))
             return end
 
         t = call("plan", t)
