@@ -79,13 +79,15 @@ def fit_workflow(
     else:
         calls = read_otlp_log(path, Garbage())
         calls = calls[calls["request_id"].isin(set(steps["trace_id"]))].reset_index(drop=True)
-    ok = calls[calls["status"] == "ok"].groupby(["provider", "model"], dropna=False).size()
+    ok = calls[calls["status"] == "ok"]
     for step in seen.steps:
-        key = (step.provider or "default", step.model)
-        if int(ok.get(key, 0)) < min_calls:
+        mine = ok["model"] == step.model
+        if step.provider is not None:
+            mine &= ok["provider"] == step.provider
+        if int(mine.sum()) < min_calls:
             raise ScenarioError(
                 str(path),
-                [("", f"step {step.id}: {int(ok.get(key, 0))} ok calls of {key[0]}/{key[1]}, "
+                [("", f"step {step.id}: {int(mine.sum())} ok calls of model {step.model}, "
                       f"fewer than {min_calls}: its latency cannot be fitted")],
             )  # fmt: skip
     targets = _targets(out_file) if out_file is not None else None

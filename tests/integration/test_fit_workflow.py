@@ -261,11 +261,12 @@ def bad_cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "no_model": (write(tmp_path / "nomodel.json", no_model), "no model"),
         "csv_missing": (csv, "its parent x is not in the trace"),
         "empty_export": (write(tmp_path / "none.json", []), "no spans"),
+        "too_few": (write(tmp_path / "few.json", good), "fewer than 20"),
     }
 
 
 @pytest.mark.parametrize(
-    "case", ["empty", "missing", "cycle", "no_model", "csv_missing", "empty_export"]
+    "case", ["empty", "missing", "cycle", "no_model", "csv_missing", "empty_export", "too_few"]
 )
 def test_bad_traces_exit_2_in_one_line_and_write_nothing(tmp_path: Path, case: str) -> None:
     """Each bad file: exit 2, one error line naming the file (and the trace or span), no
