@@ -46,7 +46,8 @@ from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, option, out
     "--out",
     "out_file",
     type=click.Path(path_type=Path),
-    help="Write the fitted YAML here, and FILE.report.csv, FILE.buckets.csv, FILE.png beside it.",
+    help="Write the fitted YAML here, and FILE.report.csv, FILE.buckets.csv, FILE.png beside it "
+    "(with --workflow: the scenario, and its providers, arrivals and report files beside it).",
 )
 @click.option(
     "--mode",
