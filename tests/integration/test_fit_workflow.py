@@ -319,3 +319,20 @@ def test_fit_workflow_reads_a_span_csv_and_refuses_mixed_arguments(tmp_path: Pat
     assert both.exit_code == 2
     neither = CliRunner().invoke(main, ["fit"])
     assert neither.exit_code == 2
+
+
+def test_an_order_seen_in_80_percent_of_traces_is_reported_ambiguous(tmp_path: Path) -> None:
+    """B starts after A ends in 80 of 100 traces and overlaps it in 20: not `after` (that needs
+    95%), and the report names the share."""
+    spans = []
+    for trace in range(100):
+        t0 = 10.0 * trace
+        b_start = t0 + (1.5 if trace % 5 else 0.5)
+        spans += [
+            span(trace, 0, "w", t0, t0 + 3.0),
+            span(trace, 1, "A", t0, t0 + 1.0),
+            span(trace, 2, "B", b_start, b_start + 1.0),
+        ]
+    fitted = api.fit_workflow(write(tmp_path / "t.json", spans), extras=False)
+    assert fitted.report["ambiguous"] == ["B after A in 80% of 100 traces (taken as parallel)"]
+    assert [s["after"] for s in fitted.report["steps"]] == [[], []]
