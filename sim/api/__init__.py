@@ -5,7 +5,8 @@ Every function takes its scenario as a YAML path, a `Scenario`, a compiled `Plan
 bundled default), and refuses anything else with a `ScenarioError`. The options they share are
 declared once in `sim.api.options`. The modules: `run` and `sweeps` (in memory, or written to a
 folder; a stored sweep resumes), `checks` (check, schema, validate), `folders` (plot, report,
-explain), `searches` (tune, stress), `rare` (nines), `calibration` (fit, synth), `imports`
+explain), `searches` (tune, stress), `rare` (nines), `calibration` (fit, synth), `workflow`
+(fit_workflow), `imports`
 (import_litellm); `faces` re-exports what a face prints with.
 """
 
@@ -20,6 +21,7 @@ from sim.api.results import RunResult, SweepResult
 from sim.api.run import chosen_policies, run, run_to_folder
 from sim.api.searches import Stressed, stress, tune
 from sim.api.sweeps import SweepInterrupted, sweep, sweep_plan, sweep_stored
+from sim.api.workflow import WorkflowFitted, fit_workflow
 from sim.model.errors import ScenarioError
 
 __all__ = [
@@ -36,11 +38,13 @@ __all__ = [
     "SweepInterrupted",
     "SweepResult",
     "Validation",
+    "WorkflowFitted",
     "check",
     "check_results_folder",
     "chosen_policies",
     "explain",
     "fit",
+    "fit_workflow",
     "import_litellm",
     "nines",
     "nines_to_folder",

@@ -13,7 +13,9 @@ from typing import Any
 
 import pandas as pd
 
+from sim.analysis.capacity import ALL
 from sim.api.inputs import ScenarioLike, file_path, optional_path, plan_of
+from sim.api.options import label
 from sim.model.errors import ScenarioError
 
 #: The schema columns calls may be grouped by.
@@ -56,17 +58,7 @@ def fit(
     `providers:` file a scenario can `include:`, FILE.report.csv, FILE.buckets.csv and FILE.png
     beside it. `columns`: NAME=COLUMN pairs; `say(line)` hears skipped rows and groups (and,
     with `progress`, how reading and fitting go)."""
-    from sim.calibration.extras import fit_extras  # noqa: PLC0415 - the fit's code on demand
     from sim.calibration.log_readers import parse_columns, read_call_logs  # noqa: PLC0415
-    from sim.calibration.report import (  # noqa: PLC0415
-        bucket_table,
-        extras_summary,
-        fit_calls,
-        fitted_yaml,
-        mode_lines,
-        refit_outside_spells,
-        report_table,
-    )
 
     tell = say or (lambda _line: None)
     paths = [
@@ -100,6 +92,39 @@ def fit(
         raise StrictRejectedError(names, [("", "garbage rows and strict: nothing written")])
     if calls.empty:
         raise ScenarioError(names, [("", "no usable calls in the logs")])
+    return fit_frame(
+        calls, names, [str(t) for t in paths], out_file, groups=groups, mode=mode,
+        min_calls=min_calls, extras=extras, seed=seed, tell=tell, progress=progress,
+    )  # fmt: skip
+
+
+def fit_frame(
+    calls: pd.DataFrame,
+    names: str,
+    sources: list[str],
+    out_file: Path | None,
+    *,
+    groups: tuple[str, ...] = ("provider", "model"),
+    mode: str = "auto",
+    min_calls: int = 20,
+    extras: bool = True,
+    seed: int = 0,
+    tell: Callable[[str], None] = lambda _line: None,
+    progress: bool = False,
+) -> Fitted:
+    """`fit` over a normalized call log already read (`names`: its files, for messages;
+    `sources`: for the fitted file's header); with `out_file`, the fitted files written."""
+    from sim.calibration.extras import fit_extras  # noqa: PLC0415 - the fit's code on demand
+    from sim.calibration.report import (  # noqa: PLC0415
+        bucket_table,
+        extras_summary,
+        fit_calls,
+        fitted_yaml,
+        mode_lines,
+        refit_outside_spells,
+        report_table,
+    )
+
     tick = (lambda what: tell(f"fit: fitting {what}")) if progress else None
     fits, too_small = fit_calls(calls, groups, mode, min_calls, seed, tick)
     for line in too_small:
@@ -122,7 +147,7 @@ def fit(
     table = report_table(fits, extras_summary(fits, found) if extras else None)
     buckets = bucket_table(fits)
     stem_name = out_file.stem if out_file is not None else "fitted"
-    text = fitted_yaml(fits, [str(t) for t in paths], found, stem_name)
+    text = fitted_yaml(fits, sources, found, stem_name)
     written = [] if out_file is None else _write_fit(out_file, fits, table, buckets, text)
     return Fitted(table, buckets, mode_lines(fits), text, written)
 
@@ -164,23 +189,43 @@ def _write_fit(
 
 def synth(
     scenario: ScenarioLike,
-    out: str | Path,
+    out: str | Path | None = None,
     *,
+    traces: str | Path | None = None,
     requests: int | None = None,
     seed: int | None = None,
     policy: str | None = None,
     guard: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> pd.DataFrame:
     """Write a synthetic call log of the scenario's calls (one policy, the first by default)
-    to `out` as CSV (the normalized call log's columns); returns the log. `guard()` is entered
+    to `out` as CSV (the normalized call log's columns) and/or, with `traces`, its runs as OTLP
+    JSON traces (a root span per run, a span per call); returns the log. `guard()` is entered
     around the simulation alone (the command line's Ctrl-C between events)."""
     from sim.calibration.call_log import check_log_target, write_call_log  # noqa: PLC0415
-    from sim.calibration.synth import synth_calls  # noqa: PLC0415
+    from sim.calibration.synth import calls_to_log  # noqa: PLC0415
+    from sim.calibration.traces_out import runs_to_traces, write_traces  # noqa: PLC0415
+    from sim.study.runner import chosen_policies, run  # noqa: PLC0415
 
     plan = plan_of(scenario)
-    path = file_path(out, "out")
-    check_log_target(path)
+    if out is None and traces is None:
+        raise ScenarioError(label("out"), [("", "give out (a call log CSV) or traces (OTLP JSON)")])
+    path = None if out is None else file_path(out, "out")
+    trace_path = None if traces is None else file_path(traces, "traces")
+    if path is not None:
+        check_log_target(path)
+    if trace_path is not None and (
+        trace_path.is_dir() or not trace_path.absolute().parent.is_dir()
+    ):
+        raise ScenarioError(
+            str(trace_path), [("", "is a folder or its folder does not exist; --traces takes "
+                                   "a JSON file name")],
+        )  # fmt: skip
+    name = chosen_policies(plan, [policy] if policy else None, "--policy")[0]
     with guard() if guard is not None else nullcontext():
-        log = synth_calls(plan, requests=requests, seed=seed, policy=policy)
-    write_call_log(log, path)
+        result = run(plan, requests=requests, seed=seed, policies=[name], records=ALL)
+    log = calls_to_log(result.calls)
+    if path is not None:
+        write_call_log(log, path)
+    if trace_path is not None:
+        write_traces(runs_to_traces(result.requests, result.calls, plan.name), trace_path)
     return log

@@ -86,6 +86,19 @@ OPTIONS: dict[str, Option] = {
         Option("force", ("--force",), "flag", "Replace what --out holds (refused otherwise)."),
         Option("quiet", ("--quiet", "-q"), "flag", "Print no progress (the tables still print)."),
         Option("no_plot", ("--no-plot",), "flag", "Skip {figure}."),
+        Option(
+            "traces",
+            ("--traces",),
+            "path",
+            "Also write the runs as OTLP JSON traces here (a root span per run, a span per call).",
+        ),
+        Option(
+            "workflow",
+            ("--workflow",),
+            "path",
+            "Infer the workflow from these traces (OTLP JSON, or CSV of spans) and write a "
+            "runnable scenario to --out.",
+        ),
     )
 }
 

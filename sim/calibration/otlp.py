@@ -124,6 +124,44 @@ def _first_chunk(span: dict[str, Any]) -> int | None:
     return min(known) if known else None
 
 
+def span_outcome(span: dict[str, Any], attrs: dict[str, Any]) -> tuple[str, Any]:
+    """A GenAI span's status (the call log's words) and its first-token time, s (None if the
+    span has none): status code 2 = error, HTTP 429 = rate limited, `error.type` timeout =
+    timeout, an error after a chunk arrived = broken."""
+    start = _nanos(span.get("startTimeUnixNano"))
+    code = (span.get("status") or {}).get("code")
+    http = _first(attrs, HTTP_KEYS)
+    status = "error" if code in (STATUS_ERROR, "STATUS_CODE_ERROR") else "ok"
+    if http is not None and str(http) == "429":
+        status = "rate_limited"
+    elif attrs.get("error.type") in ("timeout", "TimeoutError"):
+        status = "timeout"
+    elif attrs.get("error.type") not in (None, ""):
+        status = "error"
+    ttft = _first(attrs, TTFT_KEYS)
+    chunk = _first_chunk(span)
+    if ttft is None and chunk is not None and start is not None:
+        ttft = (chunk - start) / 1e9
+    if status == "error" and chunk is not None:
+        status = "broken"
+    return status, ttft
+
+
+def otlp_spans(path: Path) -> list[dict[str, Any]]:
+    """Every span of an OTLP JSON export, each with its own and its resource's attributes
+    merged under `_attrs` (unreadable file or JSON: a ScenarioError naming the file)."""
+    try:
+        spans = list(_spans(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(str(path), [("", f"cannot be read: {exc}")]) from None
+    return [{**s, "_attrs": {**s["_resource"], **_attributes(s)}} for s in spans]
+
+
+def attribute(attrs: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """The first of `keys` set (not None or empty) in `attrs`, None if none is."""
+    return _first(attrs, keys)
+
+
 def read_otlp_log(
     path: Path, garbage: Garbage, progress: Callable[[int, int], None] | None = None
 ) -> pd.DataFrame:
@@ -140,21 +178,8 @@ def read_otlp_log(
         if not any(key.startswith("gen_ai.") for key in attrs):
             continue
         start, end = _nanos(span.get("startTimeUnixNano")), _nanos(span.get("endTimeUnixNano"))
-        code = (span.get("status") or {}).get("code")
         http = _first(attrs, HTTP_KEYS)
-        status = "error" if code in (STATUS_ERROR, "STATUS_CODE_ERROR") else "ok"
-        if http is not None and str(http) == "429":
-            status = "rate_limited"
-        elif attrs.get("error.type") in ("timeout", "TimeoutError"):
-            status = "timeout"
-        elif attrs.get("error.type") not in (None, ""):
-            status = "error"
-        ttft = _first(attrs, TTFT_KEYS)
-        chunk = _first_chunk(span)
-        if ttft is None and chunk is not None and start is not None:
-            ttft = (chunk - start) / 1e9
-        if status == "error" and chunk is not None:
-            status = "broken"
+        status, ttft = span_outcome(span, attrs)
         records.append(
             {
                 "row": number,

@@ -1,4 +1,5 @@
-"""`tailsim fit TRACES...`: calibrate providers from call logs (CSV, Parquet, OTLP JSON).
+"""`tailsim fit TRACES...`: calibrate providers from call logs (CSV, Parquet, OTLP JSON);
+`tailsim fit --workflow TRACES`: a whole scenario inferred from workflow traces.
 
 Reads the logs in chunks (progress on stderr), reports garbage rows by kind, fits every
 (provider, model) by maximum likelihood and prints the report table; with `--out FILE` writes
@@ -8,6 +9,7 @@ the fitted `models:` / `providers:` file, the report tables and the figure besid
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -16,11 +18,17 @@ from rich.table import Table
 
 from sim import api
 from sim.api.faces import MODES
-from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, out
+from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, option, out
 
 
 @click.command("fit")
-@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@option("workflow")
+@click.option(
+    "--deadline-s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --workflow: the deadline to write (default: read from runs cut together).",
+)
 @click.option(
     "--by",
     default="provider,model",
@@ -38,7 +46,8 @@ from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, out
     "--out",
     "out_file",
     type=click.Path(path_type=Path),
-    help="Write the fitted YAML here, and FILE.report.csv, FILE.buckets.csv, FILE.png beside it.",
+    help="Write the fitted YAML here, and FILE.report.csv, FILE.buckets.csv, FILE.png beside it "
+    "(with --workflow: the scenario, and its providers, arrivals and report files beside it).",
 )
 @click.option(
     "--mode",
@@ -60,6 +69,8 @@ from sim.cli.common import EXIT_BAD_INPUT, bad_input_exits, err, out
 @click.option("--quiet", "-q", is_flag=True, help="No table or progress.")
 def fit(
     traces: tuple[Path, ...],
+    workflow: Path | None,
+    deadline_s: float | None,
     by: str,
     columns: tuple[str, ...],
     out_file: Path | None,
@@ -74,6 +85,12 @@ def fit(
     model from call logs, each with its standard error; print how well the fit reproduces the
     log's p50 / p95 / p99 and write a `providers:` block a scenario can `include:`."""
     say = lambda line: err.print(line, markup=False, soft_wrap=True)  # noqa: E731
+    if workflow is not None or deadline_s is not None:
+        _workflow(traces, workflow, deadline_s, out_file, min_calls, extras, seed, say, quiet)
+        return
+    if not traces:
+        err.print("error: give TRACES (call logs) or --workflow TRACES", markup=False)
+        sys.exit(EXIT_BAD_INPUT)
     with bad_input_exits():
         try:
             fitted = api.fit(
@@ -92,6 +109,40 @@ def fit(
         return
     names = ", ".join(p.name for p in fitted.written)
     out.print(f"fitted: {out_file} ({names})", markup=False, soft_wrap=True)
+
+
+def _workflow(
+    traces: tuple[Path, ...],
+    workflow: Path | None,
+    deadline_s: float | None,
+    out_file: Path | None,
+    min_calls: int,
+    extras: bool,
+    seed: int,
+    say: Callable[[str], None],
+    quiet: bool,
+) -> None:
+    """`fit --workflow`: the scenario inferred from traces, its report printed."""
+    if traces or workflow is None:
+        err.print(
+            "error: --workflow takes the traces itself (no TRACES beside it); --deadline-s "
+            "needs --workflow",
+            markup=False,
+        )
+        sys.exit(EXIT_BAD_INPUT)
+    with bad_input_exits():
+        fitted = api.fit_workflow(
+            workflow, out_file, deadline_s=deadline_s, min_calls=min_calls, extras=extras,
+            seed=seed, say=say,
+        )  # fmt: skip
+    if quiet:
+        return
+    for line in fitted.lines:
+        out.print(line, markup=False, soft_wrap=True)
+    if fitted.written:
+        out.print(f"scenario: {out_file}", markup=False, soft_wrap=True)
+    else:
+        out.print(escape(fitted.scenario), soft_wrap=True)
 
 
 def _table(table) -> Table:  # type: ignore[no-untyped-def]
