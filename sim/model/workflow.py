@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from sim.model.config import LengthSpec, StepSpec, ToolSpec, ValidatorSpec, WorkflowSpec
+from sim.model.flow import Flow
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class Step:
     attempt_budget_s: float | None = None  # longest time of one attempt
     tool: ToolSpec | None = None  # a side-effect step's action (None: an LLM step)
     stream: bool = False  # the answer streams: the client's timeout is a read timeout
+    flow: Flow | None = None  # when / repeat / loop / map (None: runs once, as always)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Workflow:
                 attempt_budget_s=spec.attempt_budget_s,
                 tool=spec.tool,
                 stream=spec.stream,
+                flow=Flow.from_spec(spec, index),
             )
             for i, spec in enumerate(specs)
         )

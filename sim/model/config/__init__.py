@@ -20,6 +20,7 @@ from sim.model.config.base import (
     Spec,
     Threshold,
 )
+from sim.model.config.counts import CountSpec, JoinFirst, LoopSpec, MapSpec, RepeatSpec, WhenSpec
 from sim.model.config.perstep import StepPolicyError, plain_spec
 from sim.model.config.policies import (
     FIRST_TOKEN_FIELDS,
@@ -98,6 +99,7 @@ __all__ = [
     "BillingSpec",
     "BreakerSpec",
     "ControlsSpec",
+    "CountSpec",
     "CustomerRetrySpec",
     "CustomersSpec",
     "CutPolicy",
@@ -111,7 +113,10 @@ __all__ = [
     "HardnessSpec",
     "HedgeCapSpec",
     "HedgePolicy",
+    "JoinFirst",
     "LengthSpec",
+    "LoopSpec",
+    "MapSpec",
     "MedianP99Spec",
     "ModelSpec",
     "Name",
@@ -128,6 +133,7 @@ __all__ = [
     "QuotaLimit",
     "RacePolicy",
     "RateLimitShareSpec",
+    "RepeatSpec",
     "RetryBudgetSpec",
     "RouterPolicy",
     "Scenario",
@@ -150,6 +156,7 @@ __all__ = [
     "ValidatorSpec",
     "WaitPolicy",
     "WhenHardSpec",
+    "WhenSpec",
     "WorkflowSpec",
     "hardness_problems",
     "pilot_fields",

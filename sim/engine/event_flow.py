@@ -1,0 +1,146 @@
+"""The event engine's run of a step with workflow keys: when, repeat, loop, map.
+
+`flow_step` stands in for the one policy run `StepRunner.walk` gives a plain step. `when`
+skips the step (no failure: its dependants go on, as after a success with no answer) on a
+per-request uniform of stream `when` or on an ancestor's validity. `repeat` re-runs the step
+through its policy while its answer is invalid; `loop` runs it N times one after another; `map`
+runs N copies side by side, joined when all (or the first K) succeed, the others cancelled.
+Each run of the step is a `StepHandle` of its own with its `iteration` (ask, iteration, copy):
+iteration 0 draws exactly what the step draws without the keys, iteration k from keys with k
+in them (`sim.model.flow.draw_id`). Counts come from per-request streams `loop` and `map`
+(`sim.model.flow.count`), the same for every policy, attempt and re-send. An iteration is
+admitted as a step's first attempt is: its attempts go through `StepHandle.attempt_limits`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from sim.engine.event_steps import StepHandle, StepRunner
+from sim.model.flow import LOOP, MAP, WHEN, count
+from sim.model.rows import FAIL_NO_CALL, OUTCOME_INVALID, OUTCOME_TRUNCATED, Call, Run
+from sim.model.workflow import Step
+
+#: What a run of a step's keys gives back: (succeeded, last outcome, the answers it delivers).
+Result = tuple[bool, str, list["Call | None"]]
+#: Outcomes of an invalid answer (junk the check caught, or one cut at max_tokens).
+_INVALID = (OUTCOME_INVALID, OUTCOME_TRUNCATED)
+
+
+def flow_step(
+    runner: StepRunner, run: Run, step: Step
+) -> Generator[simpy.Event, Any, tuple[bool, str]]:
+    """Run `step` (with `step.flow` set) as its keys say; (succeeded, the outcome a failure is
+    reported with). Its answers are recorded; a skipped step succeeds with none."""
+    flow = step.flow
+    assert flow is not None
+    bank, i = runner.bank, run.index
+    if flow.when_probability is not None:
+        if not bank.uniform(i, WHEN, step.id) < flow.when_probability:
+            return True, ""
+    elif flow.when_step is not None and run.valid_steps[flow.when_step] != flow.when_valid:
+        return True, ""
+    env, controls = runner.env, runner.controls
+    run.running = step.id
+    began = env.now if controls is not None else 0.0
+    if flow.map is not None:
+        n = count(flow.map, bank.uniform(i, MAP, step.id))
+        ok, outcome, answers = yield from _map(runner, run, step, n, flow.map_first or n)
+    elif flow.loop is not None:
+        n = count(flow.loop, bank.uniform(i, LOOP, step.id), flow.loop_max)
+        ok, outcome, answers = yield from _loop(runner, run, step, n)
+    else:
+        ok, outcome, answers = yield from _repeat(runner, run, step, flow.repeat)
+    if ok and not run.closed and answers:
+        runner.record_answer(run, step, answers[-1])
+        if any(a is not None and not a.valid for a in answers):  # every one is built on
+            run.valid_steps[step.index] = False
+    if controls is not None:
+        controls.step_ended(step.index, env.now - began, ok, runner.deadline_s)
+    return ok, outcome or FAIL_NO_CALL
+
+
+def _once(
+    runner: StepRunner, run: Run, step: Step, iteration: int
+) -> Generator[simpy.Event, Any, tuple[bool, StepHandle]]:
+    """One run of the step through its policy (or the tool desk) as iteration `iteration`."""
+    handle = runner.handle(run, step, iteration)
+    if step.tool is None:
+        ok = yield from runner.policy.execute(handle)
+    else:
+        ok = yield from runner.tools.execute(handle)
+    return ok, handle
+
+
+def _repeat(runner: StepRunner, run: Run, step: Step, asks: int) -> Generator[Any, Any, Result]:
+    """Ask while the answer is invalid (junk caught, truncated, or let through by the
+    validator), at most `asks` times; the last ask's result stands (with 1: the step once)."""
+    for k in range(asks):
+        ok, handle = yield from _once(runner, run, step, k)
+        answer = handle.answer
+        invalid = (not ok and handle.last_outcome in _INVALID) or (
+            ok and answer is not None and not answer.valid
+        )
+        if not invalid or k + 1 == asks or run.closed:
+            return ok, handle.last_outcome, [answer] if ok else []
+    raise AssertionError("unreachable: the last ask returns")  # pragma: no cover
+
+
+def _loop(runner: StepRunner, run: Run, step: Step, n: int) -> Generator[Any, Any, Result]:
+    """`n` iterations one after another; the first failed one fails the step."""
+    answers: list[Call | None] = []
+    outcome = ""
+    for k in range(n):
+        ok, handle = yield from _once(runner, run, step, k)
+        outcome = handle.last_outcome
+        if not ok or run.closed:
+            return False, outcome, []
+        answers.append(handle.answer)
+    return True, outcome, answers
+
+
+def _map(
+    runner: StepRunner, run: Run, step: Step, n: int, first: int
+) -> Generator[simpy.Event, Any, Result]:
+    """`n` copies side by side, joined once `first` have succeeded (the rest are cancelled:
+    their calls in flight end now, billed per `billing.cancelled`), or failed once too many
+    have failed for that."""
+    env = runner.env
+    handles: dict[simpy.Process, StepHandle] = {}
+    for k in range(n):
+        handle = runner.handle(run, step, k)
+        handle.tracked = set()
+        handles[env.process(_copy(runner, handle))] = handle
+    pending = list(handles)
+    good: list[StepHandle] = []
+    failed = 0
+    outcome = ""
+    while pending:
+        yield env.any_of(pending)
+        for process in [p for p in pending if not p.is_alive]:
+            pending.remove(process)
+            handle = handles[process]
+            if process.value:
+                good.append(handle)
+            else:
+                failed += 1
+                outcome = outcome or handle.last_outcome
+        if len(good) >= first or failed > n - first or run.closed:
+            break
+    for process in pending:  # no longer needed: start nothing more, cancel what flies
+        handle = handles[process]
+        handle.stopped = True
+        for attempt in list(handle.tracked or ()):
+            handle.cancel(attempt)
+    ok = len(good) >= first and not run.closed
+    if ok:
+        return True, good[first - 1].last_outcome, [h.answer for h in good[:first]]
+    return False, outcome, []
+
+
+def _copy(runner: StepRunner, handle: StepHandle) -> Generator[simpy.Event, Any, bool]:
+    """One map copy through the step's policy: its process's value is whether it succeeded."""
+    return (yield from runner.policy.execute(handle))
