@@ -19,7 +19,7 @@ from typing import Any
 
 import simpy
 
-from sim.engine.event_steps import StepHandle, StepRunner
+from sim.engine.event_steps import Finish, StepHandle, StepRunner
 from sim.model.flow import LOOP, MAP, WHEN, count
 from sim.model.rows import FAIL_NO_CALL, OUTCOME_INVALID, OUTCOME_TRUNCATED, Call, Run
 from sim.model.workflow import Step
@@ -31,10 +31,23 @@ _INVALID = (OUTCOME_INVALID, OUTCOME_TRUNCATED)
 
 
 def flow_step(
+    runner: StepRunner, run: Run, step: Step, finish: Finish
+) -> Generator[simpy.Event, Any, list[Step]]:
+    """Run `step` (with `step.flow` set) as its keys say, resolve it (a group: each of its
+    steps) and return the steps it made ready. A skipped step succeeds with no answer."""
+    flow = step.flow
+    assert flow is not None
+    if flow.members:
+        return (yield from _group(runner, run, step, finish))
+    ok, outcome = yield from _keyed(runner, run, step)
+    return runner.resolve(run, step, ok, outcome, finish)
+
+
+def _keyed(
     runner: StepRunner, run: Run, step: Step
 ) -> Generator[simpy.Event, Any, tuple[bool, str]]:
-    """Run `step` (with `step.flow` set) as its keys say; (succeeded, the outcome a failure is
-    reported with). Its answers are recorded; a skipped step succeeds with none."""
+    """Run a step with keys of its own: (succeeded, the outcome a failure reports); its answers
+    recorded."""
     flow = step.flow
     assert flow is not None
     bank, i = runner.bank, run.index
@@ -61,6 +74,45 @@ def flow_step(
     if controls is not None:
         controls.step_ended(step.index, env.now - began, ok, runner.deadline_s)
     return ok, outcome or FAIL_NO_CALL
+
+
+def _group(
+    runner: StepRunner, run: Run, first: Step, finish: Finish
+) -> Generator[simpy.Event, Any, list[Step]]:
+    """A group looped: N iterations (N per request on stream `loop` and the group's name), each
+    running the group's steps in order; the first failed step fails the group (the steps after
+    it cannot run). Each step's answer is valid if every iteration's was."""
+    flow = first.flow
+    assert flow is not None
+    assert flow.loop is not None
+    steps = [runner.workflow.steps[m] for m in flow.members]
+    n = count(flow.loop, runner.bank.uniform(run.index, LOOP, flow.loop_key), flow.loop_max)
+    env, controls = runner.env, runner.controls
+    answers: list[list[Call | None]] = [[] for _ in steps]
+    failed: tuple[Step, str] | None = None
+    for k in range(n):
+        for j, step in enumerate(steps):
+            run.running = step.id
+            began = env.now if controls is not None else 0.0
+            ok, handle = yield from _once(runner, run, step, k)
+            if controls is not None:
+                controls.step_ended(step.index, env.now - began, ok, runner.deadline_s)
+            if not ok or run.closed:
+                failed = (step, handle.last_outcome or FAIL_NO_CALL)
+                break
+            answers[j].append(handle.answer)
+        if failed is not None:
+            break
+    ready: list[Step] = []
+    for j, step in enumerate(steps):
+        if failed is not None and failed[0] is step:
+            return runner.resolve(run, step, False, failed[1], finish)
+        if not run.closed and answers[j]:
+            runner.record_answer(run, step, answers[j][-1])
+            if any(a is not None and not a.valid for a in answers[j]):
+                run.valid_steps[step.index] = False
+        ready = runner.resolve(run, step, True, "", finish)
+    return ready
 
 
 def _once(

@@ -40,9 +40,9 @@ Finish = Callable[["Run", bool, float], None]
 #: What makes one attempt of a step: `attempt(handle, attempt, plan)`, a generator whose value is
 #: the call (None if none was made) (`sim.engine.event_calls.CallMaker`).
 AttemptMaker = Callable[["StepHandle", int, Attempt], Generator[simpy.Event, Any, "Call | None"]]
-#: How a step with workflow keys runs: `flow(runner, run, step)`, a generator whose value is
-#: (succeeded, the outcome a failure reports) (`sim.engine.event_flow.flow_step`).
-FlowStep = Callable[["StepRunner", "Run", Step], Generator[simpy.Event, Any, tuple[bool, str]]]
+#: How a step with workflow keys runs: `flow(runner, run, step, finish)`, a generator that
+#: resolves it and whose value is the steps it made ready (`sim.engine.event_flow.flow_step`).
+FlowStep = Callable[["StepRunner", "Run", Step, Finish], Generator[simpy.Event, Any, list[Step]]]
 
 
 class StepRunner:
@@ -102,7 +102,7 @@ class StepRunner:
         while step is not None:
             if step.flow is not None:  # when / repeat / loop / map (`sim.engine.event_flow`)
                 assert self.flow is not None, "a step with workflow keys needs the flow runner"
-                ok, outcome = yield from self.flow(self, run, step)
+                ready = yield from self.flow(self, run, step, finish)
             else:
                 handle = StepHandle(self, run, step)
                 run.running = step.id
@@ -115,8 +115,7 @@ class StepRunner:
                     self.record_answer(run, step, handle.answer)
                 if controls is not None:
                     controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
-                outcome = handle.last_outcome or FAIL_NO_CALL
-            ready = self._resolve(run, step, ok, outcome, finish)
+                ready = self.resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL, finish)
             if not ready:
                 return
             step = ready[0]
@@ -144,7 +143,7 @@ class StepRunner:
                     break
         valid_steps[step.index] = valid
 
-    def _resolve(self, run: Run, step: Step, ok: bool, outcome: str, finish: Finish) -> list[Step]:
+    def resolve(self, run: Run, step: Step, ok: bool, outcome: str, finish: Finish) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
         step (or a required step that now cannot run) mattered, with `outcome` as the reason."""
         if run.closed:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from scipy.stats import poisson
 
-from sim.model.config import CountSpec, JoinFirst, StepSpec
+from sim.model.config import CountSpec, GroupSpec, JoinFirst, StepSpec
 
 #: Stream names (`CallDrawBank.uniform(index, NAME, step)`): one uniform per request each.
 WHEN, LOOP, MAP = "when", "loop", "map"
@@ -61,6 +61,20 @@ class Flow:
     loop_max: int | None = None
     map: CountSpec | None = None
     map_first: int | None = None  # None: join all
+    #: A group's first step: the group's step indices in order (its loop is `loop`), and the
+    #: name its count's stream is keyed by (else the step's id).
+    members: tuple[int, ...] = ()
+    loop_key: str = ""
+
+    @classmethod
+    def of_group(cls, name: str, group: GroupSpec, index: dict[str, int]) -> Flow:
+        """The flow of a group's first step: the whole group, looped."""
+        return cls(
+            loop=group.loop.count,
+            loop_max=group.loop.max,
+            members=tuple(index[s] for s in group.steps),
+            loop_key=name,
+        )
 
     @classmethod
     def from_spec(cls, spec: StepSpec, index: dict[str, int]) -> Flow | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim.model.config import LengthSpec, StepSpec, ToolSpec, ValidatorSpec, WorkflowSpec
@@ -80,6 +80,13 @@ class Workflow:
             )
             for i, spec in enumerate(specs)
         )
+        if workflow.groups:  # a group runs as its first step's flow (the others: inside it)
+            firsts = {
+                index[g.steps[0]]: Flow.of_group(n, g, index) for n, g in workflow.groups.items()
+            }
+            steps = tuple(
+                replace(s, flow=firsts[s.index]) if s.index in firsts else s for s in steps
+            )
         return cls(steps)
 
     @cached_property

@@ -28,6 +28,7 @@ from sim.model.config import (
     CustomerRetrySpec,
     CustomersSpec,
     DistSpec,
+    GroupSpec,
     HardnessSpec,
     JoinFirst,
     LengthSpec,
@@ -119,6 +120,7 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
                "column", "max"),
     (WorkflowSpec, "steps"): NEUTRAL,
     (WorkflowSpec, "reserve_s"): "deadline.reserve",
+    (WorkflowSpec, "groups"): "workflow.groups",
     **_neutral(StepSpec, "id", "model", "input_tokens", "output_tokens", "after", "required",
                "provider"),
     (StepSpec, "kind"): "step.tool",
@@ -140,6 +142,7 @@ FIELD_FEATURES: dict[tuple[type[BaseModel], str], str] = {
     **_neutral(LoopSpec, "count", "max"),
     **_neutral(MapSpec, "count", "join"),
     **_neutral(JoinFirst, "first"),
+    **_neutral(GroupSpec, "steps", "loop"),
     (PilotSpec, "requests"): NEUTRAL,
     (BillingSpec, "cancelled"): NEUTRAL,
     # the policy as written: what every kind shares (each vectorizable kind's own fields below)

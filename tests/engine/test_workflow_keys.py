@@ -331,3 +331,46 @@ def test_a_step_without_keys_compiles_to_no_flow_and_draws_as_before() -> None:
     second = after[after.iteration == 1].reset_index(drop=True)
     assert ((first.end_s - first.start_s) == (before.end_s - before.start_s)).all()
     assert not np.allclose(second.end_s - second.start_s, before.end_s - before.start_s)
+
+
+# ---------------------------------------------------------------- loop on a group
+
+
+def test_a_group_loops_its_steps_in_order_and_succeeds_with_the_pgf_of_q_squared() -> None:
+    # plan -> act loop together N times (geometric, mean 2), then answer once; each call ok
+    # with q: an iteration succeeds with q^2, the request with q E[(q^2)^N]
+    q, mean = 0.9, 2.0
+    p = 1 / mean
+    loop = {"count": {"dist": "geometric", "mean": mean}}
+    steps = [step("plan"), step("act", "plan"), step("answer", "act")]
+    data = scenario(
+        steps,
+        serve=serving(error_rate=1 - q),
+        workflow={"steps": steps, "groups": {"tools": {"steps": ["plan", "act"], "loop": loop}}},
+    )
+    requests, calls = run(data)
+    q2 = q * q
+    within(requests.ok.mean(), q * q2 * p / (1 - (1 - p) * q2), N, "P(success), group loop")
+    # in order: iteration k's plan, then its act, then k+1's plan; answer once at the end
+    good = calls[calls.request_id.isin(requests.request_id[requests.ok])]
+    for _, group in list(good.groupby("request_id"))[:50]:
+        one = group.sort_values("start_s")
+        n = len(one) // 2
+        names = list(one.step)
+        assert names == ["plan", "act"] * n + ["answer"]
+        assert list(one.iteration) == [k for k in range(n) for _ in (0, 1)] + [0]
+
+
+def test_a_group_must_be_a_chain_nothing_outside_waits_on_its_inside() -> None:
+    loop = {"count": {"dist": "constant", "value": 2}}
+    steps = [step("plan"), step("act", "plan"), step("peek", "plan")]
+    data = scenario_dict(steps)
+    data["workflow"]["groups"] = {"tools": {"steps": ["plan", "act"], "loop": loop}}
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_dict(data)
+    assert "workflow.groups.tools.steps" in str(caught.value)
+    assert "peek" in str(caught.value)
+    data["workflow"]["steps"] = [step("plan"), step("act")]
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_dict(data)
+    assert "workflow.groups.tools.steps[1]" in str(caught.value)

@@ -20,7 +20,15 @@ from sim.model.config.base import (
     Spec,
     Threshold,
 )
-from sim.model.config.counts import CountSpec, JoinFirst, LoopSpec, MapSpec, RepeatSpec, WhenSpec
+from sim.model.config.counts import (
+    CountSpec,
+    GroupSpec,
+    JoinFirst,
+    LoopSpec,
+    MapSpec,
+    RepeatSpec,
+    WhenSpec,
+)
 from sim.model.config.perstep import StepPolicyError, plain_spec
 from sim.model.config.policies import (
     FIRST_TOKEN_FIELDS,
@@ -110,6 +118,7 @@ __all__ = [
     "DraftPolicy",
     "EpisodesSpec",
     "ExpectedTimes",
+    "GroupSpec",
     "HardnessSpec",
     "HedgeCapSpec",
     "HedgePolicy",

@@ -143,3 +143,12 @@ class MapSpec(Spec):
                 f"({self.count.lowest}): give first <= {self.count.lowest}",
             )
         return self
+
+
+class GroupSpec(Spec):
+    """Named steps that loop together: each of the `loop`'s iterations runs them in order."""
+
+    steps: Annotated[list[Name], Field(min_length=1)] = Field(
+        description="the group's steps, a chain in this order"
+    )
+    loop: LoopSpec

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from sim.model.config.base import Name, NonNegativeFloat, PositiveFloat, Probability, Spec
-from sim.model.config.counts import LoopSpec, MapSpec, RepeatSpec, WhenSpec
+from sim.model.config.counts import GroupSpec, LoopSpec, MapSpec, RepeatSpec, WhenSpec
 from sim.model.config.providers import DistSpec, MedianP99Spec
 from sim.model.errors import FieldError
 
@@ -170,6 +170,52 @@ class WorkflowSpec(Spec):
         description="time kept after the last step for validation and delivery: an answer is "
         "delivered this long after it, and attempts get the time left minus it, s",
     )
+
+    groups: dict[Name, GroupSpec] = Field(
+        default_factory=dict, description="named chains of steps that loop together"
+    )
+
+    @model_validator(mode="after")
+    def _groups_are_chains(self) -> WorkflowSpec:
+        """A group's steps are known LLM steps without keys of their own, in no other group,
+        each (but the first) after exactly the one before it, and nothing outside the group
+        waits on any but its last: the group runs as one step, iteration after iteration."""
+        specs = {s.id: s for s in self.steps}
+        owner: dict[str, str] = {}
+        for name, group in self.groups.items():
+            where = ("groups", name)
+            if name in specs:
+                raise FieldError(where, f"'{name}' is a step's id: give the group its own name")
+            for j, sid in enumerate(group.steps):
+                spec = specs.get(sid)
+                if spec is None:
+                    known = ", ".join(sorted(specs))
+                    raise FieldError((*where, "steps", j), f"unknown step '{sid}' (known: {known})")
+                if sid in owner:
+                    raise FieldError(
+                        (*where, "steps", j), f"'{sid}' is already in group '{owner[sid]}'"
+                    )
+                owner[sid] = name
+                keys = [k for k in ("when", "repeat", "loop", "map") if getattr(spec, k)]
+                if keys or spec.kind == "tool":
+                    what = f"has {keys[0]}" if keys else "is a tool step"
+                    raise FieldError((*where, "steps", j), f"'{sid}' {what}: not in a group")
+                if j and spec.after != [group.steps[j - 1]]:
+                    raise FieldError(
+                        (*where, "steps", j),
+                        f"'{sid}' must come after exactly '{group.steps[j - 1]}' (the group is "
+                        f"a chain in its order), it has after: {spec.after}",
+                    )
+            inner = set(group.steps[:-1])
+            for spec in self.steps:
+                waits = inner.intersection(spec.after) if spec.id not in group.steps else set()
+                if waits:
+                    raise FieldError(
+                        (*where, "steps"),
+                        f"step '{spec.id}' waits on '{sorted(waits)[0]}' inside the group: a "
+                        f"step outside it may come after its last step ('{group.steps[-1]}') only",
+                    )
+        return self
 
     @model_validator(mode="after")
     def _when_reads_an_ancestor(self) -> WorkflowSpec:
