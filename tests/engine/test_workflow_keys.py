@@ -17,6 +17,7 @@ from scipy.stats import lognorm
 
 from sim.analysis.metrics import calls_frame, requests_frame
 from sim.engine.choice import single_policy
+from sim.engine.qualify import qualifies
 from sim.engine.simulation import Simulation
 from sim.model.arrivals import arrival_times
 from sim.model.config import CountSpec, Scenario
@@ -374,3 +375,21 @@ def test_a_group_must_be_a_chain_nothing_outside_waits_on_its_inside() -> None:
     with pytest.raises(ScenarioError) as caught:
         scenario_from_dict(data)
     assert "workflow.groups.tools.steps[1]" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "feature"),
+    [
+        ("when", {"probability": 0.5}, "workflow.when"),
+        ("repeat", {"max": 2}, "workflow.repeat"),
+        ("loop", {"count": {"dist": "constant", "value": 2}}, "workflow.loop"),
+        ("map", {"count": {"dist": "constant", "value": 2}}, "workflow.map"),
+    ],
+)
+def test_the_keys_are_features_the_vectorized_engine_lacks(
+    key: str, value: dict[str, Any], feature: str
+) -> None:
+    plan = compile_scenario(scenario([step("a"), step("b", "a", **{key: value})]))
+    ok, why = qualifies(plan.policies["it"])
+    assert not ok
+    assert f"workflow.steps[1].{key}" in why
