@@ -4,7 +4,8 @@
 skips the step (no failure: its dependants go on, as after a success with no answer) on a
 per-request uniform of stream `when` or on an ancestor's validity. `repeat` re-runs the step
 through its policy while its answer is invalid; `loop` runs it N times one after another; `map`
-runs N copies side by side, joined when all (or the first K) succeed, the others cancelled.
+runs N copies side by side, joined when all (or the first K) succeed, the others cancelled;
+a group's first step runs the whole group, N iterations of its steps in order.
 Each run of the step is a `StepHandle` of its own with its `iteration` (ask, iteration, copy):
 iteration 0 draws exactly what the step draws without the keys, iteration k from keys with k
 in them (`sim.model.flow.draw_id`). Counts come from per-request streams `loop` and `map`
@@ -157,9 +158,10 @@ def _loop(runner: StepRunner, run: Run, step: Step, n: int) -> Generator[Any, An
 def _map(
     runner: StepRunner, run: Run, step: Step, n: int, first: int
 ) -> Generator[simpy.Event, Any, Result]:
-    """`n` copies side by side, joined once `first` have succeeded (the rest are cancelled:
-    their calls in flight end now, billed per `billing.cancelled`), or failed once too many
-    have failed for that."""
+    """`n` copies side by side, joined once `first` have answered validly (the rest are
+    cancelled: their calls in flight end now, billed per `billing.cancelled`), or failed once
+    too many have failed for that. Short of `first` valid answers when every copy has ended,
+    answers the validator let through make up the count (the step's answer is then invalid)."""
     env = runner.env
     handles: dict[simpy.Process, StepHandle] = {}
     for k in range(n):
@@ -167,7 +169,8 @@ def _map(
         handle.tracked = set()
         handles[env.process(_copy(runner, handle))] = handle
     pending = list(handles)
-    good: list[StepHandle] = []
+    valid: list[StepHandle] = []  # succeeded with a valid answer (or none)
+    invalid: list[StepHandle] = []  # succeeded with an answer the validator let through
     failed = 0
     outcome = ""
     while pending:
@@ -175,21 +178,24 @@ def _map(
         for process in [p for p in pending if not p.is_alive]:
             pending.remove(process)
             handle = handles[process]
-            if process.value:
-                good.append(handle)
-            else:
+            if not process.value:
                 failed += 1
                 outcome = outcome or handle.last_outcome
-        if len(good) >= first or failed > n - first or run.closed:
+            elif handle.answer is not None and not handle.answer.valid:
+                invalid.append(handle)
+            else:
+                valid.append(handle)
+        if len(valid) >= first or failed > n - first or run.closed:
             break
     for process in pending:  # no longer needed: start nothing more, cancel what flies
         handle = handles[process]
         handle.stopped = True
         for attempt in list(handle.tracked or ()):
             handle.cancel(attempt)
-    ok = len(good) >= first and not run.closed
-    if ok:
-        return True, good[first - 1].last_outcome, [h.answer for h in good[:first]]
+    # the first K valid answers; short of them once every copy ended, invalid ones make up K
+    joined = (valid + invalid)[:first]
+    if len(joined) >= first and not run.closed:
+        return True, joined[-1].last_outcome, [h.answer for h in joined]
     return False, outcome, []
 
 

@@ -25,7 +25,7 @@ from sim.model.errors import ScenarioError
 from sim.model.flow import count
 from sim.model.latency import lognormal_params
 from sim.model.scenario import scenario_from_dict
-from sim.model.streams import CallDrawBank, Streams
+from sim.model.streams import CallDrawBank, Streams, WindowedDrawBank
 from sim.plan import compile_scenario
 from tests.helpers import build, resolved_plan, scenario_dict, serving, step
 
@@ -393,3 +393,34 @@ def test_the_keys_are_features_the_vectorized_engine_lacks(
     ok, why = qualifies(plan.policies["it"])
     assert not ok
     assert f"workflow.steps[1].{key}" in why
+
+
+def test_a_first_k_map_waits_for_valid_answers_and_falls_back_on_let_through_ones() -> None:
+    # 2 copies, junk at r let through by the validator: first 1 waits for a valid answer,
+    # taking an invalid one only when both are: P(valid) = 1 - r^2, and never a failure
+    r = 0.5
+    law = {"dist": "constant", "value": 2}
+    steps = [step("read", validator={"catches": 0.0}, map={"count": law, "join": {"first": 1}})]
+    requests, _ = run(scenario(steps, serve=serving(invalid_rate=r)))
+    assert requests.ok.all()
+    within(requests.valid.mean(), 1 - r**2, N, "P(valid), first 1 of 2")
+
+
+def test_counts_and_branches_are_the_same_in_a_windowed_bank() -> None:
+    # a big run's windowed bank (blocks of 64 requests) draws what the plain bank draws
+    steps = [
+        step("a", loop={"count": {"dist": "geometric", "mean": 2.0}}),
+        step("b", "a", when={"probability": 0.5}),
+        step("c", "b", map={"count": {"dist": "poisson", "mean": 1.0}, "join": "all"}),
+    ]
+    data = scenario(steps, serve=serving(ttft_s={"dist": "lognormal", "median": 1, "p99": 5}))
+    plan = resolved_plan(data, 0)
+    frames = []
+    for bank_of in (lambda s: CallDrawBank(s, 500), lambda s: WindowedDrawBank(s, 500, rows=64)):
+        streams = Streams(0, "main")
+        times = arrival_times(data.arrivals, 500, streams.generator("arrivals"))
+        bank = bank_of(streams.child("calls"))
+        records = Simulation(plan, single_policy(plan.runtime("it")), bank, streams).run(times)
+        frames.append(calls_frame(records))
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+    assert frames[0].iteration.max() > 0
