@@ -110,7 +110,7 @@ def workflow_rows(size: int, seed: int) -> list[Row]:
         theory = closed(q, mean)
         rows.append(
             (
-                f"{law} loop E[q^N]",
+                f"{law} loop E(q^N)",
                 theory,
                 float(result.requests["ok"].mean()),
                 binomial_se(theory, n),
