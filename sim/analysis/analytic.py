@@ -90,6 +90,39 @@ def all_fail(q: float, k: int) -> float:
     return q**k
 
 
+def loop_success_geometric(q: float, mean: float) -> float:
+    """Return E[q^N] = q p / (1 - (1 - p) q), p = 1/mean: a loop of N steps of success q, N
+    geometric counting from 1 (its generating function at q)."""
+    q = _check_prob("q", q)
+    if not mean >= 1:
+        raise ValueError(f"mean must be >= 1, got {mean}")
+    p = 1.0 / mean
+    return q * p / (1.0 - (1.0 - p) * q)
+
+
+def loop_success_poisson(q: float, mean: float) -> float:
+    """Return E[q^N] = q exp(mean (q - 1)): a loop of N = 1 + Poisson(mean) steps of success q."""
+    q = _check_prob("q", q)
+    mean = _check_nonneg("mean", mean)
+    return q * math.exp(mean * (q - 1.0))
+
+
+def repeat_valid(r: float, asks: int) -> float:
+    """Return 1 - r^K: a step re-asked while invalid (junk rate r), at most K asks in all."""
+    r = _check_prob("r", r)
+    asks = _check_int("asks", asks, 1)
+    return 1.0 - r**asks
+
+
+def order_statistic_cdf(f: float, n: int, k: int) -> float:
+    """Return P(X_(k) <= t) for n iid copies with P(X <= t) = f: the k-th fastest of a map
+    joined on its first k (k = n: the join-all maximum, f^n)."""
+    f = _check_prob("f", f)
+    n = _check_int("n", n, 1)
+    k = _check_int("k", k, 1)
+    return float(sum(math.comb(n, j) * f**j * (1 - f) ** (n - j) for j in range(k, n + 1)))
+
+
 # --------------------------------------------------------------------------- lognormal latencies
 
 

@@ -33,6 +33,7 @@ CALL_COLUMNS = (
     "policy", "request_id", "resend", "step", "attempt", "provider", "model", "start_s",
     "queue_s", "ttft_s", "end_s", "outcome", "input_tokens", "output_tokens", "cost_usd",
     "retry_after_s", "quota_tokens", "sdk_retry", "valid", "ended_by", "orphan", "tokens_streamed",
+    "iteration",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "policy", "request_id", "resend", "arrival_s", "latency_s", "ok", "cost_usd", "tokens",
@@ -192,7 +193,7 @@ _CALL_FIELDS = (
     ("end", "f8"), ("outcome", "O"), ("billed_input", "i8"), ("billed_output", "i8"),
     ("cost", "f8"), ("retry_after", "f8"), ("quota_tokens", "i8"), ("sdk_retry", "i8"),
     ("valid", "?"), ("ended_by", "O"), ("run.given_up_at", "f8"), ("overhead", "f8"),
-    ("tokens_streamed", "i8"),
+    ("tokens_streamed", "i8"), ("iteration", "i8"),
 )  # fmt: skip
 #: Run attributes read into the requests table, with their types.
 _RUN_FIELDS = (
@@ -232,12 +233,12 @@ def calls_frame(records: Records) -> pd.DataFrame:
     n = len(calls)
     c = _read(calls, _CALL_FIELDS)
     request_id, resend, attempt, start = c["run.index"], c["run.resend"], c["attempt"], c["start"]
-    # the stable sort of the records by (request_id, resend, start_s, step, attempt), as
+    # the stable sort of the records by (request_id, resend, start_s, step, attempt, iteration), as
     # sort_values does it (np.lexsort on the numbers and the steps' ranks; ties stay in the
     # records' order), done once before the columns are built
     step_codes, step_names = pd.factorize(c["step"])
     rank = np.argsort(np.argsort(np.asarray(step_names, dtype=object), kind="stable"))
-    order = np.lexsort((attempt, rank[step_codes], start, resend, request_id))
+    order = np.lexsort((c["iteration"], attempt, rank[step_codes], start, resend, request_id))
     end = c["end"]
     frame = pd.DataFrame(
         {
@@ -263,6 +264,7 @@ def calls_frame(records: Records) -> pd.DataFrame:
             "ended_by": _strings(c["ended_by"], order),
             "orphan": (end > c["run.given_up_at"])[order],
             "tokens_streamed": c["tokens_streamed"][order],
+            "iteration": c["iteration"][order],
         },
         copy=False,  # every column is a fresh array already
     )

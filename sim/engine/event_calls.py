@@ -31,6 +31,7 @@ from sim.engine.provider import Provider
 from sim.model.backoff import sdk_wait
 from sim.model.conditions import difficulty_factors
 from sim.model.config import ValidatorSpec
+from sim.model.flow import draw_id
 from sim.model.hardness import hard_tokens
 from sim.model.latency import (
     BROKEN,
@@ -98,10 +99,10 @@ class CallMaker:
         }
         #: Per step index: the answer's length is drawn or capped per call (else it is fixed).
         self.shaped_steps = [s.length is not None or s.max_tokens is not None for s in steps]
-        #: Per call slot (provider, model, step index, attempt, re-send, SDK retry): its draws
+        #: Per call slot (provider, model, draw key, attempt, re-send, SDK retry): its draws
         #: from the bank, its prefill seconds and whether its draws are used as drawn (see
         #: `_slot`), looked up once per slot, not once per call.
-        self._slots: dict[tuple[str, str, int, int, int, int], tuple[CallDraws, float, bool]] = {}
+        self._slots: dict[tuple[str, str, str, int, int, int], tuple[CallDraws, float, bool]] = {}
 
     def attempt(
         self, handle: StepHandle, attempt: int, plan: Attempt
@@ -109,7 +110,7 @@ class CallMaker:
         """One policy attempt: a call on its provider (its answer truncated at `max_tokens` and
         passed through the step's validator), then the SDK's own retries, if any."""
         run = handle.run
-        if run.closed:
+        if run.closed or handle.stopped:
             return None
         limits = NO_LIMITS
         if not handle.plain:  # budgets, a reserve or admission: how long may this attempt run?
@@ -125,6 +126,9 @@ class CallMaker:
         )
         process = self.env.active_process
         run.active.add(process)
+        tracked = handle.tracked  # a map copy's attempts, to cancel it alone (else None)
+        if tracked is not None:
+            tracked.add(process)
         cut, first, idle = plan.give_up_after, plan.first_token_after, plan.idle_after
         sdk_label = None
         if provider.sdk_times:  # the client's own timeout (off the fast path)
@@ -155,6 +159,8 @@ class CallMaker:
                 call = yield from self._sdk_retries(handle, provider, attempt, plan, call, limits)
         finally:
             run.active.discard(process)
+            if tracked is not None:
+                tracked.discard(process)
         if plan.resume:
             _keep_received(handle, call)
         handle.last_outcome = call.outcome
@@ -174,7 +180,7 @@ class CallMaker:
         controls = self.controls
         assert controls is not None
         run, provider = handle.run, plan.provider
-        if run.closed:
+        if run.closed or handle.stopped:
             return None
         if controls.refuses(provider):
             step = handle.step
@@ -183,6 +189,7 @@ class CallMaker:
                 step.input_tokens, step.output_tokens, queue=0.0, end=self.env.now,
                 outcome=OUTCOME_BREAKER_OPEN,
             )  # fmt: skip
+            call.iteration = handle.iteration
             handle.last_outcome = call.outcome
             return call
         gate = controls.acquire(provider)
@@ -237,11 +244,11 @@ class CallMaker:
         rest; its first token is a new prefill, drawn as usual, plus the provider's
         `ttft_s_per_ktok` on the whole larger input (without that key the first-token time
         does not depend on input size in this model). Its other draws are its slot's own."""
-        run, step = handle.run, handle.step
+        run, step, sid = handle.run, handle.step, handle.draw_id
         resend = run.resend
-        slot = self._slots.get((plan.provider, plan.model, step.index, attempt, resend, sdk))
+        slot = self._slots.get((plan.provider, plan.model, sid, attempt, resend, sdk))
         if slot is None:
-            slot = self._slot(step, attempt, plan, resend, sdk)
+            slot = self._slot(step, sid, attempt, plan, resend, sdk)
         draws, prefill, as_drawn = slot
         i = run.index
         if as_drawn and not received:  # nothing reshapes this slot's draws: the common case
@@ -255,9 +262,11 @@ class CallMaker:
             call.reserved = step.reserved_output  # (a keyword costs more than this assignment)
             if sdk:
                 call.sdk_retry = sdk
+            if handle.iteration:
+                call.iteration = handle.iteration
             stall = draws.stall[i]
             if stall:  # a mid-stream stall: its onset, from a stream of its own
-                call.onset = self.bank.uniform(i, ONSET, step.id, attempt, resend, sdk)
+                call.onset = self.bank.uniform(i, ONSET, sid, attempt, resend, sdk)
             return call, ttft, draws.generation[i], stall, draws.outcome[i], False
         ttft, generation = draws.ttft[i], draws.generation[i]
         if self.difficulty is not None:
@@ -270,7 +279,7 @@ class CallMaker:
         drawn, scale = draws.outcome[i], 1.0
         hardness, bank = self.hardness, self.bank
         if hardness is not None and plan.model in hardness.effects and hardness.is_hard(bank, i):
-            v = bank.uniforms(step.id, attempt, resend, sdk)[i, U_OUTCOME]
+            v = bank.uniforms(sid, attempt, resend, sdk)[i, U_OUTCOME]
             drawn = hardness.outcome((plan.provider, plan.model), v, drawn)
             scale = hardness.length(plan.model)
         tokens = step.output_tokens
@@ -278,7 +287,7 @@ class CallMaker:
         if self.shaped_steps[step.index] or scale != 1.0:
             length = self.lengths.get(step.id)
             if length is not None:  # this call's answer length; generation time scales with it
-                u = self.bank.length_uniforms(step.id, attempt, resend)[i]
+                u = self.bank.length_uniforms(sid, attempt, resend)[i]
                 tokens = hard_tokens(float(length.from_uniform(np.asarray([u]))[0]), scale)
                 generation *= tokens / step.output_tokens
             elif scale != 1.0:  # a hard request's longer answer
@@ -300,41 +309,43 @@ class CallMaker:
         )  # fmt: skip
         if sdk:
             call.sdk_retry = sdk
+        if handle.iteration:
+            call.iteration = handle.iteration
         overhead = provider.overhead
         if overhead is not None:  # client overhead: its own stream per call slot
-            u = self.bank.uniform(i, "overhead", step.id, attempt, resend, sdk)
+            u = self.bank.uniform(i, "overhead", sid, attempt, resend, sdk)
             call.overhead = float(overhead.from_uniform(np.asarray([u]))[0])
         if provider.spell_error_rate > 0:
-            call.spell_u = self.bank.uniform(i, "spell", step.id, attempt, resend, sdk)
+            call.spell_u = self.bank.uniform(i, "spell", sid, attempt, resend, sdk)
         stall = draws.stall[i]
         if stall:  # its place: before the first token (delays it) or mid-stream (an onset)
             if latency.stall_before > 0 and (
                 latency.stall_before >= 1
-                or bank.uniform(i, PLACE, step.id, attempt, resend, sdk) < latency.stall_before
+                or bank.uniform(i, PLACE, sid, attempt, resend, sdk) < latency.stall_before
             ):
                 ttft, stall = ttft + stall, 0.0
             else:
-                call.onset = bank.uniform(i, ONSET, step.id, attempt, resend, sdk)
+                call.onset = bank.uniform(i, ONSET, sid, attempt, resend, sdk)
         if (  # the stream breaks after a share of it
             latency.break_rate > 0
             and drawn == OK
-            and bank.uniform(i, BREAK, step.id, attempt, resend, sdk) < latency.break_rate
+            and bank.uniform(i, BREAK, sid, attempt, resend, sdk) < latency.break_rate
         ):
             drawn = BROKEN
-            call.broken_at = bank.uniform(i, BREAK_AT, step.id, attempt, resend, sdk)
+            call.broken_at = bank.uniform(i, BREAK_AT, sid, attempt, resend, sdk)
         if self.keeps_flights:
             handle.flights[attempt] = Flight(call, ttft, generation, stall)
         return call, ttft, generation, stall, drawn, truncated
 
     def _slot(
-        self, step: Step, attempt: int, plan: Attempt, resend: int, sdk: int
+        self, step: Step, sid: str, attempt: int, plan: Attempt, resend: int, sdk: int
     ) -> tuple[CallDraws, float, bool]:
         """Look up a call slot's draws in the bank (and its prefill seconds) and keep them,
         with whether its draws are used as drawn: no difficulty, no hardness on its model, a
         fixed answer length, no client overhead or bad-spell error, no flights kept."""
         path = (plan.provider, plan.model)
         latency = self.latencies[path]
-        draws = self.bank.draws(step.id, attempt, resend, path, latency, step.output_tokens, sdk)
+        draws = self.bank.draws(sid, attempt, resend, path, latency, step.output_tokens, sdk)
         prefill = latency.ttft_s_per_ktok * step.input_tokens / 1000
         provider = self.providers[plan.provider]
         as_drawn = (
@@ -347,7 +358,7 @@ class CallMaker:
             and not latency.streams
         )
         slot = (draws, prefill if latency.ttft_s_per_ktok > 0 else 0.0, as_drawn)
-        self._slots[(plan.provider, plan.model, step.index, attempt, resend, sdk)] = slot
+        self._slots[(plan.provider, plan.model, sid, attempt, resend, sdk)] = slot
         return slot
 
     def _check_answer(
@@ -380,7 +391,8 @@ class CallMaker:
             return
         # where this call's outcome uniform fell inside the invalid band: uniform on [0, 1),
         # independent of everything else, and common to every policy
-        block = self.bank.uniforms(call.step, attempt, run.resend, call.sdk_retry)
+        sid = draw_id(call.step, call.iteration)
+        block = self.bank.uniforms(sid, attempt, run.resend, call.sdk_retry)
         v = float(block[run.index, U_OUTCOME])
         band = latency.invalid_rate  # the invalid band's width (a hard request's junk rate)
         if self.hardness is not None:
@@ -415,7 +427,7 @@ class CallMaker:
                 break
             if call.outcome == OUTCOME_TIMEOUT and call.ended_by != BY_SDK:
                 break  # the caller's cut, not the client's: never retried by the client
-            u = self.bank.uniform(run.index, "sdk-backoff", handle.step.id, attempt, run.resend, j)
+            u = self.bank.uniform(run.index, "sdk-backoff", handle.draw_id, attempt, run.resend, j)
             wait = sdk_wait(sdk, j, u, call.retry_after, call.retry_after_ms)
             if wait is None:  # the client does not retry this one (openai: Retry-After > 120 s)
                 break

@@ -22,6 +22,7 @@ from typing import Any
 import simpy
 
 from sim.engine.kernel import Environment
+from sim.model.flow import draw_id
 from sim.model.rows import FAIL_NO_CALL, FAIL_REFUSED, Action, Call, Run
 from sim.model.streams import CallDrawBank
 from sim.model.workflow import Step
@@ -39,6 +40,9 @@ Finish = Callable[["Run", bool, float], None]
 #: What makes one attempt of a step: `attempt(handle, attempt, plan)`, a generator whose value is
 #: the call (None if none was made) (`sim.engine.event_calls.CallMaker`).
 AttemptMaker = Callable[["StepHandle", int, Attempt], Generator[simpy.Event, Any, "Call | None"]]
+#: How a step with workflow keys runs: `flow(runner, run, step, finish)`, a generator that
+#: resolves it and whose value is the steps it made ready (`sim.engine.event_flow.flow_step`).
+FlowStep = Callable[["StepRunner", "Run", Step, Finish], Generator[simpy.Event, Any, list[Step]]]
 
 
 class StepRunner:
@@ -55,8 +59,11 @@ class StepRunner:
         controls: Controls | None,
         attempt: AttemptMaker,
         deadline_s: float,
+        flow: FlowStep | None = None,
     ) -> None:
         self.env = env
+        #: Runs a step with workflow keys (given by the simulation: that module imports this).
+        self.flow = flow
         self.bank = bank
         self.workflow = plan.workflow
         self.policy = policy
@@ -93,18 +100,22 @@ class StepRunner:
         book's, passed along rather than kept: no reference cycle between the two)."""
         env, execute, controls = self.env, self.policy.execute, self.controls
         while step is not None:
-            handle = StepHandle(self, run, step)
-            run.running = step.id
-            began = env.now if controls is not None else 0.0
-            if step.tool is None:
-                ok = yield from execute(handle)
+            if step.flow is not None:  # when / repeat / loop / map (`sim.engine.event_flow`)
+                assert self.flow is not None, "a step with workflow keys needs the flow runner"
+                ready = yield from self.flow(self, run, step, finish)
             else:
-                ok = yield from self.tools.execute(handle)
-            if ok and not run.closed:
-                self._answered(run, step, handle.answer)
-            if controls is not None:
-                controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
-            ready = self._resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL, finish)
+                handle = StepHandle(self, run, step)
+                run.running = step.id
+                began = env.now if controls is not None else 0.0
+                if step.tool is None:
+                    ok = yield from execute(handle)
+                else:
+                    ok = yield from self.tools.execute(handle)
+                if ok and not run.closed:
+                    self.record_answer(run, step, handle.answer)
+                if controls is not None:
+                    controls.step_ended(step.index, env.now - began, ok, self.deadline_s)
+                ready = self.resolve(run, step, ok, handle.last_outcome or FAIL_NO_CALL, finish)
             if not ready:
                 return
             step = ready[0]
@@ -112,7 +123,11 @@ class StepRunner:
                 for other in ready[1:]:
                     env.process(self.walk(run, other, finish))
 
-    def _answered(self, run: Run, step: Step, answer: Call | None) -> None:
+    def handle(self, run: Run, step: Step, iteration: int) -> StepHandle:
+        """A handle for one run of `step` as iteration `iteration` (`sim.engine.event_flow`)."""
+        return StepHandle(self, run, step, iteration)
+
+    def record_answer(self, run: Run, step: Step, answer: Call | None) -> None:
         """Record the answer a step delivered: its model's quality, and whether it is valid
         (an invalid answer, or one built on an invalid one, breaks quality, not latency)."""
         if answer is None:
@@ -128,7 +143,7 @@ class StepRunner:
                     break
         valid_steps[step.index] = valid
 
-    def _resolve(self, run: Run, step: Step, ok: bool, outcome: str, finish: Finish) -> list[Step]:
+    def resolve(self, run: Run, step: Step, ok: bool, outcome: str, finish: Finish) -> list[Step]:
         """Record a step's result and return the steps it made ready; fail the request if the
         step (or a required step that now cannot run) mattered, with `outcome` as the reason."""
         if run.closed:
@@ -171,11 +186,20 @@ _NO_FLIGHTS: MappingProxyType[int, Flight] = MappingProxyType({})
 class StepHandle:
     """The engine's handle for a policy running one step of one run."""
 
-    __slots__ = ("answer", "env", "flights", "known_end", "last_outcome", "plain", "received",
-                 "run", "runner", "step", "step_end", "work_end")  # fmt: skip
+    __slots__ = ("answer", "draw_id", "env", "flights", "iteration", "known_end", "last_outcome",
+                 "plain", "received", "run", "runner", "step", "step_end", "stopped", "tracked",
+                 "work_end")  # fmt: skip
 
-    def __init__(self, runner: StepRunner, run: Run, step: Step) -> None:
+    def __init__(self, runner: StepRunner, run: Run, step: Step, iteration: int = 0) -> None:
         self.runner = runner
+        #: Which iteration (loop), copy (map) or ask (repeat) of the step this is (0: the only
+        #: one without those keys), and the key its draws come from (the step's id for 0).
+        self.iteration = iteration
+        self.draw_id = draw_id(step.id, iteration)
+        #: A map copy no longer needed (the join has its answers): it starts nothing more.
+        self.stopped = False
+        #: A map copy's attempts in flight (None: not a copy), so it can be cancelled alone.
+        self.tracked: set[simpy.Process] | None = None
         self.env = env = runner.env
         self.run = run
         self.step = step
@@ -207,7 +231,7 @@ class StepHandle:
 
     @property
     def closed(self) -> bool:
-        return self.run.closed
+        return self.stopped or self.run.closed
 
     @property
     def time_left(self) -> float:
@@ -277,14 +301,14 @@ class StepHandle:
         """This run's backoff-jitter uniform for the step's retry number `retry` (the same
         under every policy)."""
         return self.runner.bank.uniform(
-            self.run.index, "backoff", self.step.id, retry, self.run.resend
+            self.run.index, "backoff", self.draw_id, retry, self.run.resend
         )
 
     def uniform(self, stream: str, number: int) -> float:
         """This run's uniform `number` of the step's named stream `stream` (the same under every
         policy that reads it)."""
         return self.runner.bank.uniform(
-            self.run.index, stream, self.step.id, number, self.run.resend
+            self.run.index, stream, self.draw_id, number, self.run.resend
         )
 
     def accept(self, call: Call) -> None:

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from sim.engine.event_calls import CallMaker
+from sim.engine.event_flow import flow_step
 from sim.engine.event_runs import RunBook
 from sim.engine.event_steps import StepRunner
 from sim.engine.kernel import Environment
@@ -88,7 +89,9 @@ class Simulation:
             env, plan, bank, streams, self.providers, controls, policy.watches_flights
         )
         attempt = self.maker.attempt if controls is None else self.maker.controlled
-        self.steps = StepRunner(env, plan, policy, bank, rules, controls, attempt, self.deadline_s)
+        self.steps = StepRunner(
+            env, plan, policy, bank, rules, controls, attempt, self.deadline_s, flow_step
+        )
         self.book = RunBook(env, plan, bank, streams, self.deadline_s, rules, controls, self.steps)
         #: The records, filled by the parts (the streaming tally trims them in place).
         self.runs: list[Run] = self.book.runs

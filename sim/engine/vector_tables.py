@@ -86,6 +86,7 @@ def _call_table(plan: Plan, policy: str, calls: CallArrays) -> pd.DataFrame:
             "ended_by": _named(ENDED_BY, calls.ended_by[order]),
             "orphan": np.zeros(count, dtype=bool),  # the deadline propagates (whitelisted)
             "tokens_streamed": calls.tokens_streamed[order].astype(np.int64, copy=False),
+            "iteration": np.zeros(count, dtype=np.int64),  # no workflow keys here (refused)
         },
         columns=list(CALL_COLUMNS),
         copy=False,  # every column is a fresh array: no copy, no consolidating copy either

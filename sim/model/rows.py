@@ -85,6 +85,7 @@ class Call:
     tokens_streamed: int = 0  # output tokens of its answer received before it ended
     onset: float = math.nan  # a mid-stream stall's onset, as a share of the output tokens
     broken_at: float = math.nan  # the share of the output tokens after which its stream breaks
+    iteration: int = 0  # loop iteration, map copy or repeat ask k of its step (0 without them)
 
 
 class Clock(Protocol):

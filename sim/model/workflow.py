@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from sim.model.config import LengthSpec, StepSpec, ToolSpec, ValidatorSpec, WorkflowSpec
+from sim.model.flow import Flow
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class Step:
     attempt_budget_s: float | None = None  # longest time of one attempt
     tool: ToolSpec | None = None  # a side-effect step's action (None: an LLM step)
     stream: bool = False  # the answer streams: the client's timeout is a read timeout
+    flow: Flow | None = None  # when / repeat / loop / map (None: runs once, as always)
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,17 @@ class Workflow:
                 attempt_budget_s=spec.attempt_budget_s,
                 tool=spec.tool,
                 stream=spec.stream,
+                flow=Flow.from_spec(spec, index),
             )
             for i, spec in enumerate(specs)
         )
+        if workflow.groups:  # a group runs as its first step's flow (the others: inside it)
+            firsts = {
+                index[g.steps[0]]: Flow.of_group(n, g, index) for n, g in workflow.groups.items()
+            }
+            steps = tuple(
+                replace(s, flow=firsts[s.index]) if s.index in firsts else s for s in steps
+            )
         return cls(steps)
 
     @cached_property

@@ -46,6 +46,7 @@ from sim.model.scenario import scenario_from_dict
 from sim.plan import Plan, compile_scenario
 from sim.study.result import RunResult
 from sim.study.runner import run
+from sim.study.validation_flow import workflow_rows
 
 #: Simulated requests of the base check at the default size (others use a multiple of it).
 DEFAULT_SIZE = 20_000
@@ -463,6 +464,12 @@ def check_race_billing(size: int, seed: int) -> list[CheckResult]:
     return [_exact("race cost, billing full ($/req)", theory, float(cost), detail)]
 
 
+def check_workflow_keys(size: int, seed: int) -> list[CheckResult]:
+    """The workflow keys against their closed forms (`sim.study.validation_flow`): a `when`
+    branch's mixture, repeat's 1 - r^K, loops' E[q^N], maps' order statistics."""
+    return [_within(*row) for row in workflow_rows(size, seed)]
+
+
 #: Every check, in the order `tailsim validate` prints them.
 CHECKS: tuple[Callable[[int, int], list[CheckResult]], ...] = (
     check_chain,
@@ -472,6 +479,7 @@ CHECKS: tuple[Callable[[int, int], list[CheckResult]], ...] = (
     check_littles_law,
     check_race_cancellation,
     check_race_billing,
+    check_workflow_keys,
 )
 
 

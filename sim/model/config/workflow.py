@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from sim.model.config.base import Name, NonNegativeFloat, PositiveFloat, Probability, Spec
+from sim.model.config.counts import GroupSpec, LoopSpec, MapSpec, RepeatSpec, WhenSpec
 from sim.model.config.providers import DistSpec, MedianP99Spec
 from sim.model.errors import FieldError
 
@@ -96,6 +97,23 @@ class StepSpec(Spec):
         "client's read timeout (openai, httpx): the longest wait for the first token, which "
         "the client retries, and for each next token mid-stream, which it does not",
     )
+    when: WhenSpec | None = Field(
+        default=None, description="runs only then (skipped: not a failure, dependants go on)"
+    )
+    repeat: RepeatSpec | None = Field(default=None, description="re-asked while invalid")
+    loop: LoopSpec | None = Field(default=None, description="iterations one after another")
+    map: MapSpec | None = Field(default=None, description="parallel copies, joined")
+
+    @model_validator(mode="after")
+    def _one_flow(self) -> StepSpec:
+        """At most one of repeat, loop and map on a step (each names what a call's `iteration`
+        counts), and none on a tool step (its action is not iterated)."""
+        given = [key for key in ("repeat", "loop", "map") if getattr(self, key) is not None]
+        if len(given) > 1:
+            raise FieldError((given[1],), f"a step takes one of repeat, loop and map, not {given}")
+        if given and self.kind == "tool":
+            raise FieldError((given[0],), "not on a step of kind 'tool' (only when is)")
+        return self
 
     @model_validator(mode="after")
     def _kind_fields(self) -> StepSpec:
@@ -152,3 +170,73 @@ class WorkflowSpec(Spec):
         description="time kept after the last step for validation and delivery: an answer is "
         "delivered this long after it, and attempts get the time left minus it, s",
     )
+
+    groups: dict[Name, GroupSpec] = Field(
+        default_factory=dict, description="named chains of steps that loop together"
+    )
+
+    @model_validator(mode="after")
+    def _groups_are_chains(self) -> WorkflowSpec:
+        """A group's steps are known LLM steps without keys of their own, in no other group,
+        each (but the first) after exactly the one before it, and nothing outside the group
+        waits on any but its last: the group runs as one step, iteration after iteration."""
+        specs = {s.id: s for s in self.steps}
+        owner: dict[str, str] = {}
+        for name, group in self.groups.items():
+            where = ("groups", name)
+            if name in specs:
+                raise FieldError(where, f"'{name}' is a step's id: give the group its own name")
+            for j, sid in enumerate(group.steps):
+                spec = specs.get(sid)
+                if spec is None:
+                    known = ", ".join(sorted(specs))
+                    raise FieldError((*where, "steps", j), f"unknown step '{sid}' (known: {known})")
+                if sid in owner:
+                    raise FieldError(
+                        (*where, "steps", j), f"'{sid}' is already in group '{owner[sid]}'"
+                    )
+                owner[sid] = name
+                keys = [k for k in ("when", "repeat", "loop", "map") if getattr(spec, k)]
+                if keys or spec.kind == "tool":
+                    what = f"has {keys[0]}" if keys else "is a tool step"
+                    raise FieldError((*where, "steps", j), f"'{sid}' {what}: not in a group")
+                if j and spec.after != [group.steps[j - 1]]:
+                    raise FieldError(
+                        (*where, "steps", j),
+                        f"'{sid}' must come after exactly '{group.steps[j - 1]}' (the group is "
+                        f"a chain in its order), it has after: {spec.after}",
+                    )
+            inner = set(group.steps[:-1])
+            for spec in self.steps:
+                waits = inner.intersection(spec.after) if spec.id not in group.steps else set()
+                if waits:
+                    raise FieldError(
+                        (*where, "steps"),
+                        f"step '{spec.id}' waits on '{sorted(waits)[0]}' inside the group: a "
+                        f"step outside it may come after its last step ('{group.steps[-1]}') only",
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _when_reads_an_ancestor(self) -> WorkflowSpec:
+        """`when.step` must be a step this one (transitively) comes after: its answer is known
+        before this step could start."""
+        parents = {s.id: s.after for s in self.steps}
+        for i, spec in enumerate(self.steps):
+            if spec.when is None or spec.when.step is None:
+                continue
+            seen: set[str] = set()
+            todo = list(spec.after)
+            while todo:
+                sid = todo.pop()
+                if sid not in seen:
+                    seen.add(sid)
+                    todo.extend(parents.get(sid, ()))
+            if spec.when.step not in seen:
+                known = ", ".join(sorted(seen)) or "none: the step comes after nothing"
+                raise FieldError(
+                    ("steps", i, "when", "step"),
+                    f"'{spec.when.step}' is not a step '{spec.id}' comes after (its ancestors: "
+                    f"{known})",
+                )
+        return self
