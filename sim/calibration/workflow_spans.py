@@ -5,7 +5,11 @@ columns trace_id, span_id, parent_id, name, start, end (s), model, input_tokens,
 status (provider and ttft_s optional). A trace is a tree: one root (no parent, the workflow) and
 its spans. Traces that cannot be read as such are refused with one line naming the file and
 the trace or span: an empty file, a span whose parent is not in its trace, a cycle in parentage,
-two roots, a call span without a model.
+two roots, a step span without a model.
+
+A step span without a model of its own (a span the application opened around its call, named by
+step: `with tracer.start_as_current_span("act")`) takes the call's from the model-carrying span
+below it, as an SDK's instrumentation writes it (`chat gpt-4o`, see `lift_calls`).
 """
 
 from __future__ import annotations
@@ -126,6 +130,8 @@ def read_spans(path: Path) -> pd.DataFrame:
     parent = table["parent_id"].astype("object")
     table["parent_id"] = parent.where(parent.map(lambda v: isinstance(v, str) and v != ""))
     check_trees(table, path)
+    table = lift_calls(table)
+    check_models(table, path)
     return table.reset_index(drop=True)
 
 
@@ -174,7 +180,59 @@ def check_trees(table: pd.DataFrame, path: Path) -> None:
             raise _refuse(
                 path, f"trace {trace}: {len(roots)} root spans ({', '.join(roots)}), expected one"
             )
-    calls = table[table["parent_id"].notna() & table["model"].isna()]
+
+
+#: The call's columns a step span without a model takes from the call below it.
+LIFTED = ("model", "provider", "input_tokens", "output_tokens", "ttft_s")
+
+
+def lift_calls(table: pd.DataFrame) -> pd.DataFrame:
+    """Step spans (right under a root) without a model take the call's columns from the
+    last-started model-carrying span below them: an instrumented SDK names its span by the
+    operation (`chat gpt-4o`), so the step's name is the application's span around the call.
+    The first-token time is counted from the step's start; the status is the step's own if it
+    failed, else the call's. Spans with a model, and steps with no call below, are unchanged."""
+    keys = list(zip(table["trace_id"].astype(str), table["span_id"].astype(str), strict=True))
+    row_of = {key: i for i, key in enumerate(keys)}
+    up = [
+        row_of.get((t, str(p))) if isinstance(p, str) else None
+        for (t, _), p in zip(keys, table["parent_id"], strict=True)
+    ]
+    is_step = [u is not None and up[u] is None for u in up]
+    has_model = table["model"].notna().to_numpy()
+    starts = table["start_s"].to_numpy(float)
+    chosen: dict[int, int] = {}  # step row -> the row of its last-started call below it
+    for row in np.flatnonzero(has_model):
+        node = up[row]
+        while node is not None and not is_step[node]:
+            node = up[node]
+        if node is None or has_model[node]:
+            continue
+        if node not in chosen or starts[row] >= starts[chosen[node]]:
+            chosen[node] = int(row)
+    if not chosen:
+        return table
+    table = table.copy()
+    steps, calls = list(chosen), list(chosen.values())
+    for column in LIFTED:
+        table[column] = table[column].astype("object")
+        table.iloc[steps, table.columns.get_loc(column)] = table[column].iloc[calls].to_numpy()
+        if column not in ("model", "provider"):
+            table[column] = pd.to_numeric(table[column], errors="coerce").astype("float64")
+    offset = starts[calls] - starts[steps]
+    table.iloc[steps, table.columns.get_loc("ttft_s")] = (
+        table["ttft_s"].iloc[steps].to_numpy(float) + offset
+    )
+    own = table["status"].iloc[steps].to_numpy(object)
+    call = table["status"].iloc[calls].to_numpy(object)
+    table.iloc[steps, table.columns.get_loc("status")] = np.where(own == "ok", call, own)
+    return table
+
+
+def check_models(table: pd.DataFrame, path: Path) -> None:
+    """Refuse a step span (right under a root) that has no model, its own or a call's below."""
+    roots = set(table.loc[table["parent_id"].isna(), "span_id"].astype(str))
+    calls = table[table["parent_id"].isin(roots) & table["model"].isna()]
     if not calls.empty:
         hit = calls.iloc[0]
         raise _refuse(
