@@ -34,6 +34,8 @@ SEED = 20261202
 ACT_LAW = {1: 0.5, 2: 0.3, 3: 0.2}
 #: Requests that run the check step: exactly this many of REQUESTS (a shuffled subset).
 CHECKED = 36
+#: Requests in flight at once (few: one event loop runs the client and the server).
+IN_FLIGHT = 8
 #: Each step's model and its (input words = input tokens, max_tokens = output tokens).
 STEPS = {
     "plan": ("planner", 300, 50),
@@ -125,8 +127,8 @@ def plan_requests() -> list[tuple[int, bool]]:
 
 
 def drive(tmp: Path, tracer: Any, plans: list[tuple[int, bool]]) -> None:
-    """Start the fake server (ephemeral port, service times of tens of ms), run every request
-    concurrently through the real AsyncOpenAI client: a root span per request, a step span
+    """Start the fake server (ephemeral port, service times of tens of ms), run the requests
+    IN_FLIGHT at a time through the real AsyncOpenAI client: a root span per request, a step span
     around each instrumented call."""
     import openai  # noqa: PLC0415 (optional)
 
@@ -135,7 +137,7 @@ def drive(tmp: Path, tracer: Any, plans: list[tuple[int, bool]]) -> None:
     args = server.parse(
         ["--log", str(tmp / "server.jsonl"), "--median-s", "0.02", "--p99-s", "0.06"]
     )
-    args.seed = SEED
+    args.seed, args.slots = SEED, IN_FLIGHT  # no queue: each call's time is the server's law
 
     async def call(client: Any, step: str) -> None:
         model, words, out = STEPS[step]
@@ -146,7 +148,11 @@ def drive(tmp: Path, tracer: Any, plans: list[tuple[int, bool]]) -> None:
                 max_tokens=out,
             )
 
-    async def request(client: Any, acts: int, check: bool) -> None:
+    async def request(client: Any, acts: int, check: bool, gate: asyncio.Semaphore) -> None:
+        async with gate, asyncio.timeout(120.0):  # a hang guard only
+            await run(client, acts, check)
+
+    async def run(client: Any, acts: int, check: bool) -> None:
         with tracer.start_as_current_span("workflow"):
             await call(client, "plan")
             for _ in range(acts):
@@ -165,8 +171,8 @@ def drive(tmp: Path, tracer: Any, plans: list[tuple[int, bool]]) -> None:
                 timeout=60.0,  # a hang guard only: a busy machine makes every call slower
             )
             try:
-                jobs = [request(client, acts, check) for acts, check in plans]
-                await asyncio.wait_for(asyncio.gather(*jobs), timeout=300.0)  # hang guard
+                gate = asyncio.Semaphore(IN_FLIGHT)
+                await asyncio.gather(*(request(client, a, c, gate) for a, c in plans))
             finally:
                 await client.close()
                 for runner in runners:
