@@ -9,8 +9,10 @@ from traces"):
 - retries: a span of a step after a failed one of it is a retry; the policy is `kind: wait` with
   the most retries seen, and `timeout_s` where the failed spans' durations cluster at their top.
 - loops: a step ending ok several times in sequence in a trace: `loop` with the empirical law of
-  the per-trace counts; fan-outs: copies starting together: `map`; a step absent from traces
-  that reached it (its predecessors succeeded or were skipped): `when: {probability}`.
+  the per-trace counts, loops cut by a failure or the deadline counted as censored (N at least
+  the iterations that ran, `censored_law`); fan-outs: copies starting together: `map`; a step
+  absent from traces that reached it (its predecessors succeeded or were skipped): `when:
+  {probability}`.
 - model and sizes per step (median input and output tokens of its ok spans).
 """
 
@@ -44,7 +46,8 @@ class StepSeen:
     after: list[str] = field(default_factory=list)
     present: int = 0  # traces that hold it
     reached: int = 0  # traces whose predecessors succeeded (or were skipped)
-    loop_counts: Counter[int] = field(default_factory=Counter)
+    loop_counts: Counter[int] = field(default_factory=Counter)  # counts of finished loops
+    loop_censored: Counter[int] = field(default_factory=Counter)  # cut loops: N >= this
     map_counts: Counter[int] = field(default_factory=Counter)
     retries: int = 0  # most retries of one call seen
     spans: int = 0
@@ -60,8 +63,8 @@ class StepSeen:
             step["after"] = list(self.after)
         if max(self.map_counts, default=1) > 1:
             step["map"] = {"count": empirical(self.map_counts), "join": "all"}
-        elif max(self.loop_counts, default=1) > 1:
-            step["loop"] = {"count": empirical(self.loop_counts)}
+        elif max([*self.loop_counts, *self.loop_censored], default=1) > 1:
+            step["loop"] = {"count": censored_law(self.loop_counts, self.loop_censored)}
         if 0 < self.present < self.reached:
             step["when"] = {"probability": round(self.present / self.reached, 4)}
         return step
@@ -109,6 +112,7 @@ class WorkflowSeen:
                     "share_present_se": se,
                     "retries_seen": s.retries,
                     "loop_counts": dict(sorted(s.loop_counts.items())),
+                    "loop_counts_censored": dict(sorted(s.loop_censored.items())),
                     "map_counts": dict(sorted(s.map_counts.items())),
                     "input_tokens": s.input_tokens,
                     "output_tokens": s.output_tokens,
@@ -157,6 +161,37 @@ def empirical(counts: Counter[int]) -> dict[str, Any]:
         "dist": "empirical",
         "values": values,
         "weights": [round(counts[v] / total, 6) for v in values],
+    }
+
+
+def censored_law(done: Counter[int], cut: Counter[int]) -> dict[str, Any]:
+    """The count law from finished loops (N = n) and loops cut by a failure or the deadline
+    (N >= k: k iterations ran), by the discrete Kaplan-Meier estimator: the hazard at n is the
+    finished count n over the loops known to reach n and not cut at n. Dropping the cut loops
+    would bias the law short (a long loop is more likely cut); the cut is independent of the
+    iterations still to come. Mass left past the last finished count goes to the longest cut
+    one (a lower bound). Without cut loops: the shares of the finished counts, exactly."""
+    if not cut:
+        return empirical(done)
+    values = sorted(set(done) | set(cut))
+    law: Counter[float] = Counter()
+    alive = 1.0
+    for n in values:
+        at_risk = sum(c for v, c in done.items() if v >= n) + sum(
+            c for v, c in cut.items() if v > n
+        )
+        if at_risk and done.get(n):
+            mass = alive * done[n] / at_risk
+            law[n] += mass
+            alive -= mass
+    if alive > 1e-12:
+        law[max(cut)] += alive
+    total = sum(law.values())
+    kept = sorted(v for v in law if law[v] > 0)
+    return {
+        "dist": "empirical",
+        "values": [int(v) for v in kept],
+        "weights": [round(law[v] / total, 6) for v in kept],
     }
 
 
@@ -335,3 +370,5 @@ def _tally(
             )
             if finished:
                 s.loop_counts[len(chains)] += 1
+            else:  # cut by a failure or the deadline: N >= the iterations that ran
+                s.loop_censored[len(chains)] += 1

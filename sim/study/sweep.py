@@ -17,6 +17,7 @@ well as across policies), so a curve over the grid is paired, not noisy point to
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -178,9 +179,17 @@ def stack(
     )
 
 
+def label(value: Any) -> Any:
+    """A swept value as a table cell: a mapping or list (a count law, say) as its compact JSON
+    text, so the point's columns stay hashable for grouping; a scalar as it is."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(", ", ": "))
+    return value
+
+
 def tag(table: pd.DataFrame, point: SweepPoint, keys: list[str]) -> pd.DataFrame:
     """The table with the point's swept values, replication and seed as leading columns."""
-    tags: dict[str, Any] = {k: [point.overrides[k]] * len(table) for k in keys}
+    tags: dict[str, Any] = {k: [label(point.overrides[k])] * len(table) for k in keys}
     tags["replication"] = np.full(len(table), point.replication, dtype=np.int64)
     tags["seed"] = np.full(len(table), point.seed, dtype=np.int64)
     return pd.concat([pd.DataFrame(tags, index=table.index), table], axis=1)

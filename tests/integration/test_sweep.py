@@ -15,6 +15,7 @@ from sim.cli import main
 from sim.model.scenario import with_overrides
 from sim.plan import compile_scenario
 from sim.study.sweep import run_sweep
+from tests.helpers import REPO_ROOT
 from tests.study.test_sweep import swept
 
 
@@ -71,3 +72,17 @@ def test_sweep_cli_without_a_grid_exits_2(tmp_path: Path, contract_data: dict[st
     assert result.exit_code == 2
     assert "sweep: missing" in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_over_a_count_law_aggregates_its_points() -> None:
+    """scenarios/agent-loop.yaml zips a count law (a mapping) with the loop's cap: its points
+    aggregate (4 points, one row each for one policy), the law shown as its JSON text."""
+    result = sim.sweep(REPO_ROOT / "scenarios" / "agent-loop.yaml", requests=20, policies=["wait"])
+    table = result.aggregate
+    key = "workflow.groups.tools.loop.count"
+    assert len(table) == 4
+    assert set(table[key]) == {
+        '{"dist": "geometric", "mean": 3}',
+        '{"dist": "constant", "value": 3}',
+    }
+    assert list(table["workflow.groups.tools.loop.max"]) == [8, 8, 4, 2]

@@ -11,7 +11,7 @@ import sim
 from sim.model.errors import ScenarioError
 from sim.model.scenario import scenario_from_dict
 from sim.plan import compile_scenario
-from sim.study.sweep import expand, replication_seed
+from sim.study.sweep import expand, label, replication_seed
 
 
 def swept(contract_data: dict[str, Any], grid: dict[str, list[Any]], reps: int) -> sim.Scenario:
@@ -87,3 +87,12 @@ def test_zip_lists_of_unequal_length_are_refused(contract_data: dict[str, Any]) 
         scenario_from_dict(data, source="z.yaml")
     assert "sweep.zip.seed" in info.value.render()
     assert "equally long" in info.value.render()
+
+
+def test_a_swept_mapping_is_a_hashable_cell() -> None:
+    """A swept count law (a mapping, as scenarios/agent-loop.yaml sweeps) tags its points with
+    the law's compact JSON text, so the points group; a scalar stays as it is. The whole sweep:
+    tests/integration/test_sweep.py."""
+    assert label({"dist": "constant", "value": 3}) == '{"dist": "constant", "value": 3}'
+    assert label([1, 2]) == "[1, 2]"
+    assert label(0.5) == 0.5

@@ -35,6 +35,7 @@ import pytest
 
 import sim
 from sim.model.config import Scenario
+from sim.model.scenario import with_overrides
 from tests.helpers import REPO_ROOT
 from tests.integration.golden.test_deadline_scenarios import (
     CHECKS as DEADLINE_CHECKS,  # run at the golden size
@@ -61,6 +62,7 @@ GOLDEN_SIZE = {"azure-code-burst": 1000, "retry-storm": 1500}  # quota binds; bu
 #: hardness: its closed forms need ~200 hard requests to tell shared hardness from fresh draws.
 GOLDEN_SIZE["hardness"] = 2000
 GOLDEN_SIZE["streaming"] = 1000  # 3% of calls stall: enough stalled calls to order the cuts
+GOLDEN_SIZE["agent-loop"] = 1000  # enough runs to order cut against wait by > 2 SE
 #: Half-width of statistical checks, in standard errors.
 Z = 4.0
 #: Lead, in standard errors of the difference, that an ordering asks of the better policy.
@@ -532,6 +534,46 @@ def streaming_orderings(result: sim.RunResult) -> None:
         _assert_rate_leads(result, better, worse)
 
 
+def agent_loop_count_law_and_success_closed_form(result: sim.RunResult) -> None:
+    """Without a deadline (1e6 s) and under wait alone, 2,000 runs: every run that succeeds ran
+    its full N iterations of `act` (the calls' `iteration` column), so N's mean and P(N = 8)
+    meet the capped geometric's closed forms (p = 1/3: E[min(G, 8)] = (1 - (2/3)^8) / p,
+    P(N = 8) = (2/3)^7), and the success share meets E[q^(3 + N)] with q = 1 - 0.01^2 (a step
+    fails only if both its attempts error; waiting never cuts a stall), each within Z = 4 SE
+    (SE from the law's own variance over the runs)."""
+    del result  # its own run: the golden run's deadline censors long loops
+    base = _scenario("agent-loop")
+    free = with_overrides(
+        base, {"deadline_s": 1e6, "policies": {"wait": {"kind": "wait", "retries": 1}}}
+    )
+    run = sim.run(free, requests=2000)
+    calls = run.calls
+    acts = calls[calls["step"] == "act"].groupby("request_id")["iteration"].max() + 1
+    ok = run.requests.set_index("request_id")["ok"]
+    n = acts[ok[acts.index].to_numpy(bool)].to_numpy(float)
+    p, cap = 1 / 3, 8
+    law = np.array([(1 - p) ** (k - 1) * p for k in range(1, cap)] + [(1 - p) ** (cap - 1)])
+    ks = np.arange(1, cap + 1)
+    mean, var = float(law @ ks), float(law @ ks**2) - float(law @ ks) ** 2
+    assert abs(n.mean() - mean) <= Z * math.sqrt(var / len(n)), (n.mean(), mean)
+    top = law[-1]
+    assert abs((n == cap).mean() - top) <= Z * math.sqrt(top * (1 - top) / len(n))
+    q = 1 - 0.01**2
+    success = float(law @ q ** (3 + ks))
+    got = float(ok.mean())
+    assert abs(got - success) <= Z * math.sqrt(max(success * (1 - success), 1 / len(ok)) / len(ok))
+
+
+def agent_loop_orderings(result: sim.RunResult) -> None:
+    """Cutting a stalled call at its p95 and retrying beats waiting through it by more than
+    ORDER_Z SE; only the admitted policy refuses starts (exact)."""
+    _assert_rate_leads(result, "cut_p95", "wait")
+    refused = result.requests.groupby("policy")["refused_starts"].sum()
+    assert refused["wait"] == 0
+    assert refused["cut_p95"] == 0
+    assert refused["admitted"] > 0
+
+
 #: Independent checks per bundled scenario (by file stem). A new bundled scenario must add its
 #: own: `test_every_bundled_scenario_has_independent_checks` fails until it does.
 INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
@@ -564,6 +606,7 @@ INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
     **DEADLINE_CHECKS,
     **HARDNESS_CHECKS,  # hardness: closed forms of shared hardness, in their own module
     "streaming": (streaming_stream_cuts_end_where_they_should, streaming_orderings),
+    "agent-loop": (agent_loop_count_law_and_success_closed_form, agent_loop_orderings),
 }
 CASES = [(stem, check) for stem, checks in INDEPENDENT.items() for check in checks]
 #: Scenarios whose independent checks need their shipped size run in a module of their own.
