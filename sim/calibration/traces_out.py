@@ -31,19 +31,21 @@ FIRST_CHUNK = "gen_ai.content.chunk"
 CUT = "timeout"
 
 
-def _value(value: Any) -> dict[str, Any]:
-    """A Python value as an OTLP AnyValue."""
+def otlp_value(value: Any) -> dict[str, Any]:
+    """A Python value as an OTLP JSON AnyValue (a list or tuple as an arrayValue)."""
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
         return {"intValue": str(value)}
     if isinstance(value, float):
         return {"doubleValue": value}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [otlp_value(v) for v in value]}}
     return {"stringValue": str(value)}
 
 
 def _attributes(pairs: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _value(v)} for k, v in pairs.items() if v is not None]
+    return [{"key": k, "value": otlp_value(v)} for k, v in pairs.items() if v is not None]
 
 
 def _nanos(seconds: float) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from sim.calibration.traces_out import otlp_value
 from tests.helpers import cli
 
 pytestmark = pytest.mark.skipif(
@@ -45,21 +46,8 @@ STEPS = {
 }
 
 
-def _value(value: Any) -> dict[str, Any]:
-    """A span attribute as an OTLP JSON AnyValue."""
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, (list, tuple)):
-        return {"arrayValue": {"values": [_value(v) for v in value]}}
-    return {"stringValue": str(value)}
-
-
 def _attributes(attrs: Any) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _value(v)} for k, v in (attrs or {}).items()]
+    return [{"key": k, "value": otlp_value(v)} for k, v in (attrs or {}).items()]
 
 
 def otlp_json(spans: Any) -> dict[str, Any]:
