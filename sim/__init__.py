@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         RunResult,
         SweepResult,
         check,
+        drive,
         fit,
         nines,
         report,
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
     from sim.model.scenario import load_scenario
     from sim.model.version import __version__
 
-_API = ("RunResult", "SweepResult", "check", "fit", "nines", "report", "run", "stress", "sweep",
-        "sweep_stored", "synth", "tune")  # fmt: skip
+_API = ("RunResult", "SweepResult", "check", "drive", "fit", "nines", "report", "run", "stress",
+        "sweep", "sweep_stored", "synth", "tune")  # fmt: skip
 #: Each public name and the module that defines it.
 _HOMES = {
     **dict.fromkeys(_API, "sim.api"),
@@ -48,6 +49,7 @@ __all__ = [
     "SweepResult",
     "__version__",
     "check",
+    "drive",
     "fit",
     "load_scenario",
     "nines",

@@ -12,6 +12,7 @@ explain), `searches` (tune, stress), `rare` (nines), `calibration` (fit, synth),
 
 from sim.api.calibration import Fitted, StrictRejectedError, fit, synth
 from sim.api.checks import Validation, check, schema, validate
+from sim.api.drive import drive, drive_to_folder, load_handler
 from sim.api.folders import Explained, check_results_folder, explain, plot, report
 from sim.api.imports import LitellmImport, import_litellm
 from sim.api.inputs import ScenarioLike, plan_of
@@ -42,10 +43,13 @@ __all__ = [
     "check",
     "check_results_folder",
     "chosen_policies",
+    "drive",
+    "drive_to_folder",
     "explain",
     "fit",
     "fit_workflow",
     "import_litellm",
+    "load_handler",
     "nines",
     "nines_to_folder",
     "plan_of",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 import sim
-from sim.cli import checks, fit, folders, importer, nines, run, search, sweep, synth
+from sim.cli import checks, drive, fit, folders, importer, nines, run, search, sweep, synth
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +21,7 @@ def main() -> None:
 
 for _command in (
     run.run,
+    drive.drive,
     sweep.sweep,
     folders.plot,
     folders.report,

@@ -230,3 +230,8 @@ class _Collector:
         done = sim.run(context.arrivals, tick, self.stop)
         settled.finish(done)
         return done.breaker_open_s
+
+
+#: What every policy of one run shares (arrivals, draws), for the other runners of a policy
+#: (`sim.harness.runner`: a user's handler in place of a scenario policy).
+RunContext = _RunContext

@@ -210,3 +210,8 @@ def after_warmup(
         requests[keep_requests].reset_index(drop=True),
         calls[keep_calls].reset_index(drop=True),
     )
+
+
+#: The RunResult of policies' tables stacked in order (for `sim.harness.runner`, whose
+#: handler's tables stand beside the scenario's policies').
+tables_result = _tables_result
