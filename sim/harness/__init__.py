@@ -6,5 +6,9 @@ retry sleeps and httpx timeouts cost no wall time. `service` serves each HTTP ca
 engine's own providers and draws; `transport` speaks the OpenAI and Anthropic HTTP APIs over it
 (an httpx transport the SDKs take through `http_client=`); `clients` hands the user's code ready
 clients; `runner` replays a scenario's arrivals through the user's handler into the same tables
-as `tailsim run`; `pytest_plugin` gives tests the same in a fixture.
+as `tailsim run`; `sim.api.testing` gives tests the same in a pytest fixture.
+
+A wing: it imports the layers below it (study, engine, analysis, plan, policy, model) and the
+SDKs' HTTP client (httpx2); the SDKs themselves only when a handler asks for their clients.
+Only `sim.api` imports it.
 """

@@ -11,6 +11,7 @@ whole drive as a service keeps its clients: `openai(provider, **kwargs)` an `ope
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,11 +75,18 @@ class Clients:
 
     def litellm_router(self, model_list: list[dict[str, Any]], **settings: Any) -> Any:
         """A `litellm.Router` over `model_list` (use `deployment` for each entry's
-        `litellm_params`); its OpenAI calls go through the simulated transport."""
-        import litellm  # noqa: PLC0415 - only when a handler asks for it
+        `litellm_params`), made once per drive and settings (its cooldowns and usage live in
+        it); its OpenAI calls go through the simulated transport."""
+        key = ("litellm", "", repr((model_list, sorted(settings.items()))))
+        made = self._made.get(key)
+        if made is None:
+            # its price map from the package, not fetched from GitHub at import
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm  # noqa: PLC0415 - only when a handler asks for it
 
-        litellm.aclient_session = self.http_client()
-        return litellm.Router(model_list=model_list, **settings)
+            litellm.aclient_session = self.http_client()
+            made = self._made[key] = litellm.Router(model_list=model_list, **settings)
+        return made
 
     def _client(self, api: str, provider: str, kwargs: dict[str, Any]) -> Any:
         self._provider(provider)

@@ -23,7 +23,7 @@ from tests.project import architecture_tables
 SIM = REPO_ROOT / "sim"
 LAYERS = ("model", "policy", "plan", "analysis", "engine", "study", "output")
 #: Features in wings of their own, above the layers and independent of each other.
-WINGS = ("calibration", "rare", "adapters")
+WINGS = ("calibration", "rare", "adapters", "harness")
 #: The faces on top, outside the layer folders (the layers contract names them as layers too).
 TOP = {"__init__.py", "api", "cli"}
 MAX_LINES = 600
