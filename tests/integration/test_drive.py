@@ -28,7 +28,7 @@ def test_the_real_clients_agree_with_the_policies_that_describe_them(load: str) 
     95% CI of the difference covers 0 and its half-width is under 2 points (n = 800 paired
     requests: the half-width is 1.96 sd(d)/sqrt(n), about 0.5-1.3 points here), and calls and
     429s per request agree within 5% (relative); LiteLLM's Router under the quota within 15%
-    (its compiled core's retry and cooldown timing, docs/drive.md: 7% and 12% at 2,000)."""
+    (it reads datetime.now() in its failure accounting, docs/drive.md: 7% and 12% at 2,000)."""
     overrides = agreement.LOADS[load]
     scenario = with_overrides(load_scenario(SCENARIO), overrides)
     routed, tpm = agreement.router_scenario(overrides)
