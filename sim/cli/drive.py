@@ -11,7 +11,7 @@ import click
 from sim import api
 from sim.api.faces import breakdown_table
 from sim.api.run import folder_listing
-from sim.cli.common import bad_input_exits, option, out, summary_table
+from sim.cli.common import bad_input_exits, option, out, policy_names, summary_table
 from sim.cli.run import _Progress
 
 
@@ -46,7 +46,7 @@ def drive(
     handle(request, clients)`) for every arrival of SCENARIO, with real openai, anthropic or
     LiteLLM clients pointed at its simulated providers, in simulated time (docs/drive.md)."""
     stack = _Progress(quiet)
-    chosen: list[str] | bool = list(policies) if policies else compare
+    chosen: list[str] | bool = list(policy_names(policies)) if policies else compare
     with bad_input_exits(), stack:
         result, folder = api.drive_to_folder(
             scenario, handler, out, force=force, figures=not no_plot, name=name,
