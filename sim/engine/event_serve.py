@@ -10,7 +10,7 @@ hottest path: `serve` writes its stages out inline on purpose.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
@@ -47,6 +47,7 @@ def serve(
     service_limit: float | None = None,
     first_token_after: float | None = None,
     idle_after: float | None = None,
+    on_served: Callable[[float, float, float, int], None] | None = None,
 ) -> Generator[simpy.Event, Any, Call]:
     """Live one call on `provider` to its end and return it with outcome, times and bill.
 
@@ -65,7 +66,8 @@ def serve(
     One generator of about 100 lines on purpose: the slot is taken and given back in one
     try/finally, so an interrupt at any of its yields releases the slot (or leaves the queue)
     in one place, and it is the event engine's hottest path (split into sub-generators, each
-    call would pay a `yield from` per stage).
+    call would pay a `yield from` per stage). `on_served(ttft, generation, stall, drawn)`, if
+    given, hears the call's service as it starts (the harness streams its tokens from it).
     """
     env = provider.env
     charge = call.reserved if provider.reserve else call.output_tokens
@@ -142,6 +144,8 @@ def serve(
         if served_at >= start_by:  # picked up too late to finish: refuses to start
             call.ended_by = "admission"
             return _end(provider, call, OUTCOME_TIMEOUT)
+        if on_served is not None:
+            on_served(ttft, generation, stall, drawn)
         if service <= left:
             cut_by, call.ended_by = call.ended_by, ""
             yield env.timeout(service)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,14 @@ from sim.engine.event_serve import serve
 from sim.engine.kernel import Environment
 from sim.engine.simulation import build_providers
 from sim.model.flow import draw_id
-from sim.model.rows import OUTCOME_INVALID, OUTCOME_OK, OUTCOME_TRUNCATED, Call, Run
+from sim.model.rows import (
+    OUTCOME_INVALID,
+    OUTCOME_OK,
+    OUTCOME_TIMEOUT,
+    OUTCOME_TRUNCATED,
+    Call,
+    Run,
+)
 from sim.model.streams import CallDrawBank, Streams
 from sim.model.workflow import Step
 from sim.plan import Plan
@@ -38,6 +46,13 @@ STEP_HEADER = "x-tailsim-step"
 BY_CLIENT = "client"
 #: ... and of one still in flight when its request's deadline passed.
 BY_DEADLINE = "deadline"
+#: The cause a stream's read timeout interrupts its call with (recorded as a timeout, `sdk`).
+BY_READ_TIMEOUT = "read_timeout"
+#: ... and mid-stream, once tokens had come (the engine's idle cut).
+BY_READ_IDLE = "read_idle"
+#: The `ended_by` each read timeout is recorded with, as the engine labels the client's cuts:
+#: before the first token `sdk` (the client's own timeout), mid-stream `idle`.
+READ_TIMEOUTS = {BY_READ_TIMEOUT: "sdk", BY_READ_IDLE: "idle"}
 
 
 class ServiceError(ValueError):
@@ -107,11 +122,18 @@ class Service:
         return self.llm_steps[-1]
 
     def start(
-        self, run: Run, provider: str, model: str, step: Step, read_timeout: float | None
+        self,
+        run: Run,
+        provider: str,
+        model: str,
+        step: Step,
+        read_timeout: float | None,
+        on_served: Callable[[float, float, float, int], None] | None = None,
     ) -> tuple[Call, asyncio.Future[Call], simpy.Process]:
         """Send one call now: its record, a future set when the call ends, and its process
         (interrupt it to cancel). Its draws are the engine's for this run, step and the
-        number of calls the step has made so far in this run (`CallMaker._prepare`)."""
+        number of calls the step has made so far in this run (`CallMaker._prepare`).
+        `on_served` hears its service as it starts (a stream's first token and pace)."""
         serving = self.providers.get(provider)
         if serving is None or model not in serving.serving:
             served = ", ".join(serving.serving) if serving is not None else ""
@@ -136,7 +158,10 @@ class Service:
             me = self.env.active_process
             run.active.add(me)
             try:
-                yield from serve(serving, call, ttft, generation, stall, drawn, read_timeout)
+                yield from serve(serving, call, ttft, generation, stall, drawn, read_timeout,
+                                 on_served=on_served)  # fmt: skip
+                if call.ended_by in READ_TIMEOUTS:  # a stream's read timeout, client side
+                    call.outcome, call.ended_by = OUTCOME_TIMEOUT, READ_TIMEOUTS[call.ended_by]
                 if truncated and call.outcome == OUTCOME_OK:
                     call.outcome = OUTCOME_TRUNCATED
             finally:

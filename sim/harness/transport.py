@@ -9,8 +9,8 @@ answer is what the real APIs send: a completion or message with its usage; a 429
 or `anthropic-ratelimit-*` headers; a 500 on an error; `httpx2.ReadTimeout` when the call
 outlives the client's read timeout (a non-streamed answer's headers come after its last
 token, so the read timeout bounds the whole call, as over a socket); a closed connection when
-the answer breaks. Streamed requests (`stream: true`) are refused with a 400: the harness
-serves whole answers.
+the answer breaks. A streamed request (`stream: true`) gets its tokens as server-sent events
+in simulated time (`sim.harness.streaming`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import httpx2
 
 from sim.harness.service import CURRENT_RUN, STEP_HEADER, Service, ServiceError
+from sim.harness.streaming import Served, StreamedAnswer, streamed_response
 from sim.model.rows import (
     OUTCOME_BROKEN,
     OUTCOME_CANCELLED,
@@ -65,24 +66,31 @@ class SimulatedTransport(httpx2.AsyncBaseTransport):
         body = json.loads(await request.aread() or b"{}")
         host = request.url.host
         provider = host[: -len(HOST_SUFFIX)] if host.endswith(HOST_SUFFIX) else host
-        if body.get("stream"):
-            why = "stream: true is not served by the tailsim harness (whole answers only)"
-            return _error(request, api, 400, "invalid_request_error", why)
         run = CURRENT_RUN.get(None)
         if run is None:
             return _error(request, api, 400, "invalid_request_error",
                           "a call outside a request: make calls inside the handler")  # fmt: skip
         service = self.service
         timeout = request.extensions.get("timeout", {}).get("read")
+        streamed = bool(body.get("stream"))
+        served = Served() if streamed else None
         try:
             step = service.step_for(run, request.headers.get(STEP_HEADER))
-            call, done, process = service.start(
-                run, provider, str(body.get("model", "")), step, timeout
-            )
+            model = str(body.get("model", ""))
+            cut = None if streamed else timeout  # a stream's read timeout holds between bytes
+            call, done, process = service.start(run, provider, model, step, cut, served)
         except ServiceError as error:
             return _error(request, api, error.status, error.kind, str(error))
         try:
-            call = await asyncio.shield(done)
+            if served is not None:
+                answer = StreamedAnswer(service, request, api, run, (call, done, process),
+                                        served, timeout)  # fmt: skip
+                got = await streamed_response(answer)
+                if isinstance(got, httpx2.Response):
+                    return got
+                call = got
+            else:
+                call = await asyncio.shield(done)
         except asyncio.CancelledError:
             service.cancel(process, run)
             raise

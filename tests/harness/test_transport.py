@@ -74,8 +74,6 @@ def test_what_it_cannot_serve_is_a_4xx_naming_what_is() -> None:
     (bad_step,) = _exchange("openai", [{"model": "big"}], {"x-tailsim-step": "s9"})
     assert bad_step.status_code == 400
     assert "steps: s1" in json.dumps(bad_step.json())
-    (streamed,) = _exchange("openai", [{"model": "big", "stream": True}])
-    assert streamed.status_code == 400
 
 
 def test_calls_keep_the_simulated_clock() -> None:
@@ -91,3 +89,34 @@ def test_calls_keep_the_simulated_clock() -> None:
         return asyncio.get_running_loop().time()
 
     assert np.isclose(run_simulated(service.env, main()), 2.0)
+
+
+def test_a_stream_is_server_sent_events_at_the_tokens_instants() -> None:
+    """Headers at the first token (1 s), then pieces, the last at 2 s; `[DONE]` at the end."""
+    plan = plan_of(build(providers=PROVIDERS))
+    streams = Streams(plan.seed, "main")
+    service = Service(plan, CallDrawBank(streams.child("calls"), 1), streams)
+
+    async def main() -> list[tuple[float, str]]:
+        loop = asyncio.get_running_loop()
+        CURRENT_RUN.set(Run(service.env, plan.workflow, 0, 0, plan.deadline_s))
+        got: list[tuple[float, str]] = []
+        async with httpx2.AsyncClient(transport=SimulatedTransport(service)) as client:
+            url = base_url("p1", "openai") + "/chat/completions"
+            body = {"model": "big", "stream": True}
+            async with client.stream("POST", url, json=body) as response:
+                got.append((loop.time(), response.headers["content-type"]))
+                async for line in response.aiter_lines():
+                    if line:
+                        got.append((loop.time(), line))
+        return got
+
+    got = run_simulated(service.env, main())
+    assert got[0] == (1.0, "text/event-stream")
+    chunks = [json.loads(line[6:]) for _, line in got[1:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert got[-1] == (2.0, "data: [DONE]")
+    times = [t for t, _ in got[1:]]
+    assert times == sorted(times)
+    assert np.isclose(times[1], 1.0 + 1.0 / 8)  # the first of 8 pieces: an eighth of 1 s on

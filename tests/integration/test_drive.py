@@ -189,3 +189,74 @@ def test_a_handler_module_that_fails_to_import_is_exit_2(tmp_path: Path) -> None
     result = cli("drive", SCENARIO, f"{bad}:handle", "--out", tmp_path / "out")
     assert_exit(result, 2)
     assert "ModuleNotFoundError" in result.stderr
+
+
+async def streamed(request: Any, clients: Any) -> str:
+    """A streamed answer read to its end (openai), no timeout of its own."""
+    client = clients.openai("bare", max_retries=0)
+    stream = await client.chat.completions.create(model=clients.model("bare"), messages=MESSAGES,
+                                                  stream=True)  # fmt: skip
+    text = ""
+    async for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+    return text
+
+
+async def streamed_read_timeout(request: Any, clients: Any) -> None:
+    """A streamed answer under httpx's 3 s read timeout: between any two bytes."""
+    import httpx2  # noqa: PLC0415
+
+    client = clients.openai("bare", max_retries=0, timeout=httpx2.Timeout(3.0))
+    stream = await client.chat.completions.create(model=clients.model("bare"), messages=MESSAGES,
+                                                  stream=True)  # fmt: skip
+    async for _ in stream:
+        pass
+
+
+async def claude_streamed(request: Any, clients: Any) -> str:
+    """anthropic's `messages.stream` read to its final message."""
+    client = clients.anthropic("bare", max_retries=0)
+    async with client.messages.stream(model=clients.model("bare"), max_tokens=100,
+                                      messages=MESSAGES) as stream:  # fmt: skip
+        async for _ in stream.text_stream:
+            pass
+        message = await stream.get_final_message()
+    return message.content[0].text
+
+
+def _streamed_scenario(timeout_s: float | None) -> Any:
+    """scenarios/drive.yaml with a streamed step on `bare` and a plain `wait` policy there;
+    with `timeout_s`, bare's client has that timeout (the engine's read timeout of a stream:
+    a first-token cut and an idle cut, docs/clients.md)."""
+    sdk: dict[str, Any] = {"retries": 0} | ({"timeout_s": timeout_s} if timeout_s else {})
+    step = {"id": "answer", "model": "big", "provider": "bare", "input_tokens": 2000,
+            "output_tokens": 80, "stream": True}  # fmt: skip
+    return with_overrides(load_scenario(SCENARIO), {
+        "policies": {"plain": {"kind": "wait", "providers": ["bare"]}},
+        "providers.bare.sdk": sdk, "workflow.steps": [step],
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("handler", "timeout_s"),
+    [(streamed, None), (claude_streamed, None), (streamed_read_timeout, 3.0)],
+    ids=["openai", "anthropic", "openai-read-timeout"],
+)
+def test_a_streamed_answer_is_the_engines_stream_call_for_call(
+    handler: Any, timeout_s: float | None
+) -> None:
+    """Tokens stream as the engine's stream (first token, pace, mid-stream stalls), so the
+    same call read by the real SDK ends when the engine's does; under httpx's read timeout
+    the SDK's stream is cut exactly where the engine's client cuts it (no first token within
+    3 s: `sdk`; a stall longer than 3 s mid-stream: `idle`), billed the same."""
+    result = drive(_streamed_scenario(timeout_s), handler, requests=1000, compare=["plain"])
+    calls = result.calls.sort_values(["policy", "request_id", "attempt"])
+    mine = calls[calls["policy"] == handler.__name__].reset_index(drop=True)
+    theirs = calls[calls["policy"] == "plain"].reset_index(drop=True)
+    assert list(mine["outcome"]) == list(theirs["outcome"])
+    assert list(mine["ended_by"]) == list(theirs["ended_by"])
+    for col in ("end_s", "cost_usd", "ttft_s"):
+        assert mine[col].to_numpy() == pytest.approx(theirs[col].to_numpy(), abs=1e-9, nan_ok=True)
+    if timeout_s is not None:  # the cuts happened, of both kinds
+        assert {"sdk", "idle"} <= set(mine["ended_by"])
