@@ -93,6 +93,13 @@ class Environment(simpy.Environment):
         _, priority, current, _ = self.current
         return priority > NORMAL or (priority == NORMAL and eid < current)
 
+    def advance_to(self, when: float) -> None:
+        """Move the clock on to `when`, with no event due before it (the harness's loop waits
+        this way: `sim.harness.clock`)."""
+        if when < self._now or self.peek() < when:
+            raise ValueError(f"cannot advance from {self._now} to {when} past the next event")
+        self._now = self.now = when
+
     def step(self) -> None:
         """Process the next event (as `simpy.Environment.step`, keeping its queue entry)."""
         try:

@@ -48,10 +48,9 @@ class SimulatedSelector(selectors.DefaultSelector):
         due = env.peek()
         if due <= target and due < math.inf:
             env.step()
-            env.now = env._now
             return []
         if math.isfinite(target):
-            env._now = env.now = target
+            env.advance_to(target)
             return []
         ready = super().select(self.real_wait_s)  # only a thread (run_in_executor) can wake us
         if not ready:
