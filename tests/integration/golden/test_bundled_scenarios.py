@@ -576,7 +576,42 @@ def agent_loop_orderings(result: sim.RunResult) -> None:
 
 #: Independent checks per bundled scenario (by file stem). A new bundled scenario must add its
 #: own: `test_every_bundled_scenario_has_independent_checks` fails until it does.
+def drive_hedge_fires_when_the_primary_is_late_or_failed(result: sim.RunResult) -> None:
+    """drive.yaml's hedge: a second call on b exactly when the primary on bare had no answer
+    2 s after its start (then 2 s after it) or failed before (then at its end)."""
+    calls = result.calls[result.calls["policy"] == "hedge"]
+    primary = calls[calls["attempt"] == 0].set_index("request_id")
+    hedges = calls[calls["attempt"] == 1].set_index("request_id")
+    assert set(primary["provider"]) == {"bare"}
+    assert set(hedges["provider"]) <= {"b"}
+    took = primary["end_s"] - primary["start_s"]
+    answered = (primary["outcome"] == "ok") & (took <= 2.0)
+    assert set(hedges.index) == set(primary.index[~answered])
+    late = hedges.index[(took[hedges.index] > 2.0).to_numpy()]
+    expected = primary.loc[late, "start_s"] + 2.0
+    assert hedges.loc[late, "start_s"].to_numpy() == pytest.approx(expected.to_numpy(), abs=1e-9)
+    failed = hedges.index[(took[hedges.index] <= 2.0).to_numpy()]
+    ended = primary.loc[failed, "end_s"].to_numpy()
+    assert hedges.loc[failed, "start_s"].to_numpy() == pytest.approx(ended, abs=1e-9)
+
+
+def drive_openai_wait_retries_only_what_the_sdk_retries(result: sim.RunResult) -> None:
+    """drive.yaml's openai-wait (sdk: openai, 2 retries): a call k > 0 follows call k - 1 of
+    its request only after a 429, an error or the client's own timeout; none follows an ok."""
+    calls = result.calls[result.calls["policy"] == "openai-wait"]
+    calls = calls.sort_values(["request_id", "sdk_retry"])
+    previous = calls.groupby("request_id")["outcome"].shift()
+    retried = calls[calls["sdk_retry"] > 0]
+    assert len(retried) > 0
+    assert set(previous[retried.index]) <= {"rate_limited", "error", "timeout"}
+    assert calls["sdk_retry"].max() <= 2
+
+
 INDEPENDENT: dict[str, tuple[Callable[[sim.RunResult], None], ...]] = {
+    "drive": (
+        drive_hedge_fires_when_the_primary_is_late_or_failed,
+        drive_openai_wait_retries_only_what_the_sdk_retries,
+    ),
     "default": (
         default_is_uncontended,
         default_wait_matches_the_latency_law,
