@@ -13,6 +13,7 @@ explain), `searches` (tune, stress), `rare` (nines), `calibration` (fit, synth),
 from sim.api.calibration import Fitted, StrictRejectedError, fit, synth
 from sim.api.checks import Validation, check, schema, validate
 from sim.api.drive import drive, drive_to_folder, load_handler
+from sim.api.exports import export_openai
 from sim.api.folders import Explained, check_results_folder, explain, plot, report
 from sim.api.imports import LitellmImport, import_litellm
 from sim.api.inputs import ScenarioLike, plan_of
@@ -46,6 +47,7 @@ __all__ = [
     "drive",
     "drive_to_folder",
     "explain",
+    "export_openai",
     "fit",
     "fit_workflow",
     "import_litellm",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 import sim
-from sim.cli import checks, drive, fit, folders, importer, nines, run, search, sweep, synth
+from sim.cli import checks, drive, export, fit, folders, importer, nines, run, search, sweep, synth
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,6 +34,7 @@ for _command in (
     fit.fit,
     synth.synth,
     importer.import_group,
+    export.export_group,
     nines.nines,
 ):
     main.add_command(_command)
