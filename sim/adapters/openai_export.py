@@ -72,7 +72,7 @@ def export_openai(plan: Plan, name: str) -> OpenaiExport:
             ):
                 unexpressed.append(f"policies.{name}.{key}: {why}")
         providers = list(data.get("providers") or [step.provider])
-        if known.kind == "hedge":
+        if "after" in data:  # a hedge: its primary on the step's provider, then these
             providers = [step.provider, *providers]
         row = {"id": step.id, "model": step.model, "providers": providers,
                "retries": int(data.get("retries", 0)),
