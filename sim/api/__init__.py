@@ -7,7 +7,8 @@ declared once in `sim.api.options`. The modules: `run` and `sweeps` (in memory, 
 folder; a stored sweep resumes), `checks` (check, schema, validate), `folders` (plot, report,
 explain), `searches` (tune, stress), `rare` (nines), `calibration` (fit, synth), `workflow`
 (fit_workflow), `imports`
-(import_litellm); `faces` re-exports what a face prints with.
+(import_litellm), `drive` (the user's handler in simulated time), `exports` (export_openai),
+`testing` (the pytest fixture); `faces` re-exports what a face prints with.
 """
 
 from sim.api.calibration import Fitted, StrictRejectedError, fit, synth

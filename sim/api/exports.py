@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from sim.adapters.openai_export import OpenaiExport
 from sim.adapters.openai_export import export_openai as _export_openai
+from sim.api.imports import write_whole
 from sim.api.inputs import ScenarioLike, optional_path, plan_of
 from sim.model.errors import ScenarioError
 from sim.study.pilot import prepare
@@ -26,19 +25,7 @@ def export_openai(
     resolved, _ = prepare(plan)
     exported = _export_openai(resolved, policy)
     if target is not None:
-        _write(target, exported.code)
+        if not target.parent.is_dir():
+            raise ScenarioError(str(target), [("", f"folder not found: {target.parent}")])
+        write_whole(target, exported.code)
     return exported
-
-
-def _write(path: Path, text: str) -> None:
-    """Write `text` whole or not at all (a temporary file renamed into place)."""
-    if not path.parent.is_dir():
-        raise ScenarioError(str(path), [("", f"folder not found: {path.parent}")])
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

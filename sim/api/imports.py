@@ -54,7 +54,7 @@ def import_litellm(
     scenario_from_dict(imported.scenario, source=str(target or "<import>"))  # it loads
     document = render(imported, source)
     if target is not None:
-        _write(target, document)
+        write_whole(target, document)
     return LitellmImport(imported, document, target)
 
 
@@ -80,7 +80,7 @@ def render(imported: Imported, source: str) -> str:
     return "\n".join(lines) + "\n" + body
 
 
-def _write(path: Path, document: str) -> None:
+def write_whole(path: Path, document: str) -> None:
     """Write `document` to `path` whole or not at all (a temporary file renamed into place)."""
     folder = path.parent if str(path.parent) else Path(".")
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
